@@ -1,0 +1,44 @@
+# Two commands on a fresh Debian machine with Python 3.11: `make run` and `make test`.
+# Each one creates .venv from the pinned requirements.lock the first time it runs.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DATA_DIR ?= ./data
+
+.PHONY: run test test-slow bench lint venv clean help
+
+help:
+	@echo "make run | test | test-slow | bench | lint | clean"
+
+$(STAMP): requirements.lock pyproject.toml setup.py
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+	  echo "venv module missing; trying virtualenv"; \
+	  $(PYTHON) -m pip install --user -q virtualenv && $(PYTHON) -m virtualenv $(VENV); }
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job: crawl the embedded synthetic web, build the index, print where to query it.
+run: $(STAMP)
+	$(BIN)/crawlstream demo --data-dir $(DATA_DIR)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check libs services tests bench
+	$(BIN)/mypy libs services
+
+clean:
+	rm -rf $(VENV) build *.egg-info

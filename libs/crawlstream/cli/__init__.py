@@ -1,0 +1,84 @@
+"""The ``crawlstream`` command: the one entry point that reads the environment.
+
+Each sub-command lives in its own module ``crawlstream.cli._<name>`` exposing
+``register(subparsers)``; the module sets ``func(args, settings) -> int`` as the parser
+default. ``main`` parses flags, builds the process's one ``Settings`` (flags > env >
+defaults), configures logging, and runs the command. Errors of the ``CrawlstreamError``
+family end the process with a one-line message and exit code 2 (bad usage/config) or 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from crawlstream.errors import ConfigError, CrawlstreamError
+from crawlstream.settings import Settings, add_arguments, describe, load
+
+__all__ = ["main"]
+
+logger = logging.getLogger(__name__)
+
+# Sub-command modules, in --help order.
+_COMMANDS = (
+    "_run",
+    "_service",
+    "_ingest",
+    "_index",
+    "_serve",
+    "_store",
+    "_demo",
+    "_settings",
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawlstream",
+        description="Polite streaming crawler, compact content store and domain -> datasets -> URLs index.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    add_arguments(common, Settings)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(f"crawlstream.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"crawlstream.cli.{name}":
+                raise
+            continue
+        module.register(sub, common)
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load(os.environ, args)
+    except ConfigError as exc:
+        parser.exit(2, f"crawlstream: configuration error: {exc}\n")
+    configure_logging(settings.log_level)
+    logger.debug("effective settings: %s", describe(settings))
+    try:
+        return int(args.func(args, settings) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except ConfigError as exc:
+        print(f"crawlstream: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except CrawlstreamError as exc:
+        print(f"crawlstream: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,37 @@
+"""Topic names: a fixed contract with external producers and consumers. Never retype them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ALL_TOPICS",
+    "CONTENT_STORED",
+    "FETCH_REQUESTS",
+    "FETCH_RESULTS",
+    "URLS_DISCOVERED",
+    "URLS_FRONTIER",
+    "URLS_RECORDS",
+    "dlq_topic",
+]
+
+URLS_DISCOVERED: Final = "urls.discovered"
+URLS_FRONTIER: Final = "urls.frontier"
+FETCH_REQUESTS: Final = "fetch.requests"
+FETCH_RESULTS: Final = "fetch.results"
+CONTENT_STORED: Final = "content.stored"
+URLS_RECORDS: Final = "urls.records"
+
+ALL_TOPICS: Final = (
+    URLS_DISCOVERED,
+    URLS_FRONTIER,
+    FETCH_REQUESTS,
+    FETCH_RESULTS,
+    CONTENT_STORED,
+    URLS_RECORDS,
+)
+
+
+def dlq_topic(topic: str) -> str:
+    """The dead-letter topic for ``topic``: where undecodable messages go, with error headers."""
+    return f"{topic}.dlq"

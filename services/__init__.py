@@ -1,0 +1,1 @@
+"""Service wiring packages, one per `crawlstream service <name>`."""

