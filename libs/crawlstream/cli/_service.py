@@ -1,0 +1,32 @@
+"""``crawlstream service <name>``: run one service against the configured bus and Redis."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+
+from crawlstream.errors import ConfigError
+from crawlstream.services import SERVICE_NAMES, package_for
+from crawlstream.settings import Settings, describe
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "service",
+        parents=[common],
+        help="run one service (Kafka when KAFKA_BOOTSTRAP_SERVERS is set, else the embedded log)",
+    )
+    p.add_argument("name", choices=SERVICE_NAMES, help="the service to run")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        module = importlib.import_module(package_for(args.name) + ".main")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"service {args.name!r} is not available in this build ({exc})") from exc
+    logger.info("starting service %s with %s", args.name, describe(settings))
+    return int(module.run(settings) or 0)
