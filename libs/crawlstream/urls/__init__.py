@@ -1,0 +1,35 @@
+"""The identity of a URL: canonical form, registered domain, url_key, partition, lake prefix.
+
+Pure codecs (no I/O): external systems reproduce them from schemas/URL_KEYS.md and the
+vectors in schemas/test-vectors/url_keys.json.
+"""
+
+from ._canonical import MAX_HOST_LENGTH, MAX_URL_LENGTH, CanonicalUrl, canonicalize
+from ._domains import registered_domain, registered_domain_or_host
+from ._hashing import (
+    domain_checksum,
+    domain_prefix,
+    fnv1a_64,
+    fnv1a_64_pure,
+    key_checksum,
+    partition_for,
+)
+from ._keys import compose_key, url_key, url_keys
+
+__all__ = [
+    "MAX_HOST_LENGTH",
+    "MAX_URL_LENGTH",
+    "CanonicalUrl",
+    "canonicalize",
+    "compose_key",
+    "domain_checksum",
+    "domain_prefix",
+    "fnv1a_64",
+    "fnv1a_64_pure",
+    "key_checksum",
+    "partition_for",
+    "registered_domain",
+    "registered_domain_or_host",
+    "url_key",
+    "url_keys",
+]
