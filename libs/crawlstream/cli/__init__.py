@@ -31,6 +31,7 @@ _COMMANDS = (
     "_index",
     "_serve",
     "_store",
+    "_export_warc",
     "_demo",
     "_settings",
 )
