@@ -1,0 +1,106 @@
+"""Bytes of the synthetic web's responses (pure). Links are written in many equivalent
+forms (absolute, root-relative, relative, protocol-relative, with fragments, under a
+``<base href>``, in ``<area>`` and ``<link rel=alternate>``) so the link extractor has to
+resolve and canonicalize them back to the model's URLs."""
+
+from __future__ import annotations
+
+import functools
+import random
+import zlib
+
+from crawlstream.demoweb._model import Page
+
+__all__ = ["PDF_BYTES", "PNG_BYTES", "gzip_bomb", "render_html", "render_huge"]
+
+PNG_BYTES = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+PDF_BYTES = (
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[]/Count 0>>endobj\n"
+    b"trailer<</Root 1 0 R>>\n%%EOF\n"
+)
+
+
+def _href(link: str, host: str, path: str, rng: random.Random, *, under_base: bool) -> str:
+    scheme_host = f"http://{host}"
+    if not link.startswith(scheme_host + "/"):
+        return link if rng.random() < 0.7 else link[len("http:") :]  # other host: absolute or //
+    local = link[len(scheme_host) :]
+    if under_base:  # <base href="http://host/">: relative to the root, not to the page
+        return local[1:] or "./"
+    form = rng.randrange(6)
+    if form == 0:
+        return link
+    if form == 1:
+        return local
+    if form == 2:
+        return "//" + host + local
+    if form == 3:
+        return f"HTTP://{host.upper()}{local}#section-{rng.randrange(9)}"
+    if form == 4 and path.startswith("/p/") and local.startswith("/p/"):
+        return local[3:]  # sibling: "/p/3" from "/p/7" is "3"
+    if form == 4 and path == "/" and local != "/":
+        return local[1:]
+    return local + "#frag"
+
+
+def render_html(page: Page, host: str, path: str, seed: int) -> tuple[bytes, str]:
+    """(body, content-type) of an HTML page."""
+    rng = random.Random(f"render:{seed}:{host}:{path}")
+    k = int(path[3:]) if path.startswith("/p/") and path[3:].isdigit() else -1
+    under_base = k >= 0 and k % 5 == 4
+    latin = k >= 0 and k % 7 == 3
+    head = [f"<title>{host}{path}</title>"]
+    head.append('<meta charset="windows-1252">' if latin else '<meta charset="utf-8">')
+    if under_base:
+        head.append(f'<base href="http://{host}/">')
+    if page.kind == "refresh":
+        head.append(f'<meta http-equiv="refresh" content="0; url={page.links[0][len("http://" + host) :]}">')
+    body = [
+        f"<h1>Page {path} of {host}</h1>",
+        "<p>Caf\u00e9 cr\u00e8me \u2014 synthetic text.</p>" if not latin else "<p>Caf\u00e9 cr\u00e8me</p>",
+    ]
+    body.append('<a href="mailto:webmaster@example.invalid">mail</a> <a href="javascript:void(0)">js</a>')
+    body.append('<a href="#top">top</a> <a href="ftp://files.example.invalid/x">ftp</a> <a href="tel:+1555">tel</a>')
+    links = page.links if page.kind != "refresh" else ()
+    areas: list[str] = []
+    for link in links:
+        href = _href(link, host, path, rng, under_base=under_base)
+        roll = rng.random()
+        if roll < 0.1:
+            areas.append(f'<area shape="rect" coords="0,0,1,1" href="{href}">')
+        elif roll < 0.15:
+            head.append(f'<link rel="alternate" hreflang="fr" href="{href}">')
+        else:
+            body.append(f'<p><a class="l" href="{href}">link {rng.randrange(1000)}</a></p>')
+    if areas:
+        body.append('<map name="m">' + "".join(areas) + "</map>")
+    body.append('<img src="/image-not-a-link.png" alt=""><script src="/app.js"></script>')
+    html = (
+        "<!DOCTYPE html>\n<html><head>" + "".join(head) + "</head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+    if latin:
+        return html.encode("cp1252", errors="replace"), "text/html"  # charset only in <meta>
+    return html.encode("utf-8"), "text/html; charset=utf-8"
+
+
+def render_huge(host: str, size_bytes: int) -> bytes:
+    head = f'<!DOCTYPE html><html><head><title>huge</title></head><body><a href="http://{host}/p/0">start</a>\n'
+    filler = "<p>" + "lorem ipsum dolor sit amet " * 20 + "</p>\n"
+    reps = max(1, (size_bytes - len(head)) // len(filler) + 1)
+    return (head + filler * reps + "</body></html>\n").encode()
+
+
+@functools.lru_cache(maxsize=4)
+def gzip_bomb(decoded_bytes: int) -> bytes:
+    """A gzip stream inflating to ``decoded_bytes`` zero bytes (about 1000:1)."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1024 * 1024)
+    out = bytearray()
+    for _ in range(decoded_bytes // len(block)):
+        out += comp.compress(block)
+    out += comp.compress(bytes(decoded_bytes % len(block)))
+    out += comp.flush()
+    return bytes(out)

@@ -1,0 +1,250 @@
+"""The synthetic web's HTTP server: one loopback port, many hosts told apart by Host.
+
+Runs on the caller's event loop (``astart``/``astop``) or on its own thread
+(``start``/``stop``, and ``with DemoWeb(...)``) for synchronous tests and the CLI.
+Two ways in, both keeping plain ``http://host/`` (port 80) URLs:
+
+* ``resolve_map`` (every demo host -> 127.0.0.1:port) for our fetcher. Loopback is a
+  private address, so the fetcher needs ``allow_private_networks=True``
+  (``--allow-private-networks``).
+* ``proxy_url``: the server also answers absolute-form proxy requests for its own hosts,
+  so any HTTP client (Scrapy's ``HTTP_PROXY``, ``--http-proxy``) can crawl it unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from crawlstream.demoweb._model import Page, WebModel
+from crawlstream.demoweb._render import PDF_BYTES, PNG_BYTES, gzip_bomb, render_html, render_huge
+from crawlstream.links import Scope
+
+__all__ = ["DemoWeb", "RequestRecord"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the server saw: tests count fetches and measure spacing from these."""
+
+    host: str
+    path: str
+    time_s: float  # time.monotonic() at arrival
+    status: int
+    user_agent: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}{self.path}"
+
+
+class DemoWeb:
+    """Many registered domains on 127.0.0.1, deterministic from ``seed`` (see ``_model``)."""
+
+    def __init__(
+        self,
+        n_domains: int = 20,
+        *,
+        pages_per_domain: int = 10,
+        seed: int = 0,
+        special_every: int = 10,
+        crawl_delay_s: float = 0.2,
+        slow_s: float = 3.0,
+        huge_bytes: int = 2 * 1024 * 1024,
+        bomb_bytes: int = 64 * 1024 * 1024,
+        listen_host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.model = WebModel(
+            n_domains=n_domains,
+            pages_per_domain=pages_per_domain,
+            seed=seed,
+            special_every=special_every,
+            crawl_delay_s=crawl_delay_s,
+        )
+        self.slow_s = slow_s
+        self.huge_bytes = huge_bytes
+        self.bomb_bytes = bomb_bytes
+        self._listen_host = listen_host
+        self._port = port
+        self._log: list[RequestRecord] = []
+        self._log_lock = threading.Lock()
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
+
+    # -- facts for fetchers and tests ------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RuntimeError("DemoWeb is not started")
+        return self._port
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.model.hosts)
+
+    @property
+    def resolve_map(self) -> dict[str, tuple[str, int]]:
+        return {h: (self._listen_host, self.port) for h in self.model.hosts}
+
+    @property
+    def proxy_url(self) -> str:
+        """Use as an HTTP proxy to reach every demo host without a resolver map."""
+        return f"http://{self._listen_host}:{self.port}"
+
+    @property
+    def base_urls(self) -> list[str]:
+        return [f"http://{h}" for h in self.model.hosts]
+
+    def seed_urls(self) -> list[str]:
+        return self.model.seed_urls()
+
+    def reachable_pages(self, scope: Scope | None = None, seeds: Iterable[str] | None = None, **kw: bool) -> set[str]:
+        return self.model.reachable_pages(scope, seeds, **kw)
+
+    def disallowed_paths(self, host: str) -> list[str]:
+        return self.model.disallowed_paths(host)
+
+    def requests(self) -> list[RequestRecord]:
+        """A copy of the request log (robots.txt fetches included)."""
+        with self._log_lock:
+            return list(self._log)
+
+    def clear_log(self) -> None:
+        with self._log_lock:
+            self._log.clear()
+
+    # -- serving -----------------------------------------------------------------------
+
+    def _record(self, request: web.Request, host: str, status: int) -> None:
+        rec = RequestRecord(
+            host, request.rel_url.raw_path, time.monotonic(), status, request.headers.get("User-Agent", "")
+        )
+        with self._log_lock:
+            self._log.append(rec)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        host = (request.host or "").rsplit(":", 1)[0].lower() if not (request.host or "").startswith("[") else ""
+        path = request.rel_url.raw_path
+        if host not in self.model._host_domain:
+            self._record(request, host, 404)
+            return web.Response(status=404, text=f"unknown host {host!r}\n")
+        if path == "/robots.txt":
+            status, body, location = self.model.robots(host)
+            self._record(request, host, status)
+            headers = {"Location": location} if location else None
+            return web.Response(status=status, text=body, content_type="text/plain", headers=headers)
+        if path == "/robots-moved.txt":
+            self._record(request, host, 200)
+            return web.Response(text=self.model.moved_robots_body(host), content_type="text/plain")
+        page = self.model.page(host, path)
+        self._record(request, host, page.status)
+        return await self._respond(page, host, path)
+
+    async def _respond(self, page: Page, host: str, path: str) -> web.StreamResponse:
+        if page.kind == "missing":
+            return web.Response(status=404, text="not found\n")
+        if page.kind == "redirect":
+            return web.Response(status=page.status, headers={"Location": page.location or "/"})
+        if page.kind == "status":
+            headers = {"Retry-After": str(page.retry_after_s)} if page.retry_after_s is not None else None
+            return web.Response(status=page.status, text=f"status {page.status}\n", headers=headers)
+        if page.kind == "slow":
+            await asyncio.sleep(self.slow_s)
+            return web.Response(text="<html><body>finally</body></html>", content_type="text/html")
+        if page.kind == "huge":
+            return web.Response(body=render_huge(host, self.huge_bytes), content_type="text/html")
+        if page.kind == "png":
+            return web.Response(body=PNG_BYTES, content_type="image/png")
+        if page.kind == "pdf":
+            return web.Response(body=PDF_BYTES, content_type="application/pdf")
+        if page.kind == "bomb":
+            body = await asyncio.get_running_loop().run_in_executor(None, gzip_bomb, self.bomb_bytes)
+            return web.Response(body=body, headers={"Content-Type": "text/html", "Content-Encoding": "gzip"})
+        body, ctype = render_html(page, host, path, self.model.seed)
+        return web.Response(body=body, headers={"Content-Type": ctype})
+
+    async def astart(self) -> None:
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._listen_host, self._port))
+        self._port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+        logger.info(
+            "demo web: %d domains, %d hosts on %s:%d",
+            self.model.n_domains,
+            len(self.model.hosts),
+            self._listen_host,
+            self._port,
+        )
+
+    async def astop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> DemoWeb:
+        await self.astart()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.astop()
+
+    # -- thread runner for synchronous callers -------------------------------------------
+
+    def start(self, timeout_s: float = 10.0) -> DemoWeb:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._stopped = asyncio.Event()
+            try:
+                loop.run_until_complete(self.astart())
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_until_complete(self._stopped.wait())
+            loop.run_until_complete(self.astop())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="demo-web", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout_s):
+            raise RuntimeError(f"demo web did not start within {timeout_s} s")
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._thread is None or self._loop is None or self._stopped is None:
+            return
+        self._loop.call_soon_threadsafe(self._stopped.set)
+        self._thread.join(timeout_s)
+        self._thread = None
+
+    def __enter__(self) -> DemoWeb:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,380 @@
+"""The fetch core: one HTTP attempt per call, robots.txt first, every outcome reported.
+
+I/O edge: aiohttp exceptions stop here and become a :class:`FetchOutcome`; ``afetch``
+never raises for anything the remote side does. Redirects are not followed (each hop
+goes back through dedupe); robots.txt redirects are followed (up to 5, RFC 9309).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin
+
+import aiohttp
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from crawlstream.errors import ConfigError
+from crawlstream.fetch._decode import ACCEPT_ENCODING, UnsupportedEncoding, make_decoder
+from crawlstream.fetch._guard import BlockedAddress, GuardedResolver, MappedHostMissing, is_public_address
+from crawlstream.fetch._outcome import FetchOutcome, Outcome, kept_headers, media_type, parse_retry_after
+from crawlstream.robots import (
+    MAX_ROBOTS_BYTES,
+    MAX_ROBOTS_REDIRECTS,
+    RobotsCache,
+    RobotsPolicy,
+    origin_of,
+    product_token,
+)
+
+if TYPE_CHECKING:
+    from crawlstream.settings import Settings
+
+__all__ = ["Fetcher", "load_resolve_map"]
+
+logger = logging.getLogger(__name__)
+
+_CHUNK_BYTES = 64 * 1024
+# The ratio guard only engages past this many decoded bytes: small, very repetitive pages
+# legitimately compress > 100:1.
+_RATIO_FLOOR_BYTES = 1024 * 1024
+_DECODE_STEP_BYTES = 256 * 1024
+
+
+@dataclass
+class _Raw:
+    """One response, read and bounded, before it is classified."""
+
+    status: int
+    final_url: str
+    headers: dict[str, str]
+    body: bytes
+    truncated: bool
+    too_large: bool
+    location: str | None
+
+
+def load_resolve_map(path: Path) -> dict[str, tuple[str, int]]:
+    """Read ``{host: [ip, port]}`` JSON (as ``crawlstream demo-web --resolve-map-out`` writes)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return {str(host): (str(ip), int(port)) for host, (ip, port) in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"resolve map {path}: expected a JSON object {{host: [ip, port]}}, could not read it ({exc}); "
+            "regenerate it with `crawlstream demo-web --resolve-map-out FILE`"
+        ) from exc
+
+
+class _Failure(Exception):
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome: Outcome = outcome
+
+
+class Fetcher:
+    """Fetches one URL per call with connection reuse, timeouts, caps and the SSRF guard.
+
+    Parameters (by consequence):
+    * ``max_body_bytes``: decoded bytes kept; beyond it the body is cut and ``truncated``.
+    * ``max_decompression_ratio``: past 1 MiB decoded, a body inflating faster than this
+      ratio is abandoned as ``too_large`` (a decompression bomb).
+    * ``allow_private_networks``: off blocks any host resolving only to non-public
+      addresses (checked after DNS, on every hop). The demo web on loopback needs it on.
+    * ``resolve_map`` / ``resolve_map_only``: host -> (ip, port) overrides; with
+      ``resolve_map_only`` every other host fails like NXDOMAIN (the demo never leaks).
+    * ``obey_robots``: off only for tests and tools that fetch robots.txt themselves.
+    """
+
+    def __init__(
+        self,
+        *,
+        user_agent: str = "crawlstream/0.1",
+        timeout_s: float = 30.0,
+        read_timeout_s: float = 10.0,
+        max_body_bytes: int = 5 * 1024 * 1024,
+        max_decompression_ratio: float = 100.0,
+        concurrency: int = 64,
+        limit_per_host: int = 2,
+        http_proxy: str | None = None,
+        allow_private_networks: bool = False,
+        resolve_map: Mapping[str, tuple[str, int]] | None = None,
+        resolve_map_only: bool = False,
+        obey_robots: bool = True,
+        robots_cache_s: float = 86400.0,
+        robots_error_backoff_s: float = 300.0,
+        dns_cache_s: float = 300.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.user_agent = user_agent
+        self.robots_agent = product_token(user_agent)  # what robots.txt groups are matched against
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=timeout_s, sock_read=read_timeout_s)
+        self._max_body_bytes = max_body_bytes
+        self._max_ratio = max_decompression_ratio
+        self._concurrency = concurrency
+        self._limit_per_host = limit_per_host
+        self._proxy = http_proxy
+        self._allow_private = allow_private_networks
+        self._resolve_map = dict(resolve_map or {})
+        self._resolve_map_only = resolve_map_only
+        self._obey_robots = obey_robots
+        self._robots_error_backoff_s = robots_error_backoff_s
+        self._dns_cache_s = dns_cache_s
+        self._clock = clock
+        self.robots = RobotsCache(ttl_s=robots_cache_s)
+        self._robots_locks: dict[str, asyncio.Lock] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._resolver: GuardedResolver | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, resolve_map: Mapping[str, tuple[str, int]] | None = None) -> Fetcher:
+        """A fetcher as configured; a resolver map (given, or from ``fetch.resolve_map_file``)
+        is exclusive: hosts outside it fail as dns_error, so a demo crawl never leaks out."""
+        f = settings.fetch
+        if resolve_map is None and f.resolve_map_file is not None:
+            resolve_map = load_resolve_map(f.resolve_map_file)
+        return cls(
+            user_agent=f.user_agent,
+            timeout_s=f.timeout_s,
+            read_timeout_s=f.read_timeout_s,
+            max_body_bytes=f.max_body_bytes,
+            max_decompression_ratio=f.max_decompression_ratio,
+            concurrency=f.concurrency,
+            limit_per_host=f.limit_per_host,
+            http_proxy=f.http_proxy,
+            allow_private_networks=f.allow_private_networks,
+            resolve_map=resolve_map,
+            resolve_map_only=resolve_map is not None,
+            robots_cache_s=f.robots_cache_s,
+            robots_error_backoff_s=f.robots_error_backoff_s,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            exempt = frozenset({URL(self._proxy).host or ""}) if self._proxy else frozenset()
+            self._resolver = GuardedResolver(
+                DefaultResolver(),
+                allow_private_networks=self._allow_private,
+                resolve_map=self._resolve_map,
+                resolve_map_only=self._resolve_map_only,
+                exempt_hosts=exempt,
+            )
+            connector = aiohttp.TCPConnector(
+                limit=self._concurrency,
+                limit_per_host=self._limit_per_host,
+                resolver=self._resolver,
+                use_dns_cache=True,
+                ttl_dns_cache=int(self._dns_cache_s),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                headers={"User-Agent": self.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+            self._semaphore = asyncio.Semaphore(self._concurrency)
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Fetcher:
+        self._ensure_session()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- fetching ------------------------------------------------------------------
+
+    async def afetch(self, url: str, *, attempt: int = 0) -> FetchOutcome:
+        """Fetch ``url`` once. Never raises for network or server behaviour."""
+        session = self._ensure_session()
+        assert self._semaphore is not None
+        started = time.monotonic()
+        fetched_at_ms = int(self._clock() * 1000)
+
+        def done(outcome: Outcome, **kw: object) -> FetchOutcome:
+            kw.setdefault("final_url", url)
+            kw.setdefault("status", 0)
+            return FetchOutcome(
+                url=url,
+                outcome=outcome,
+                elapsed_ms=int((time.monotonic() - started) * 1000),
+                attempt=attempt,
+                fetched_at_ms=fetched_at_ms,
+                **kw,  # type: ignore[arg-type]
+            )
+
+        async with self._semaphore:
+            try:
+                self._check_target(url)
+                crawl_delay_s: float | None = None
+                if self._obey_robots:
+                    policy = await self._arobots_policy(session, url)
+                    decision = policy.decide(url, self.robots_agent)
+                    crawl_delay_s = decision.crawl_delay_s
+                    if not decision.allowed:
+                        why = "disallowed by robots.txt" if decision.backoff_s is None else policy.reason
+                        return done(
+                            "robots_disallowed",
+                            error=why,
+                            retry_after_s=decision.backoff_s,
+                            crawl_delay_s=crawl_delay_s,
+                        )
+                await self._acheck_proxied_target(url)
+                raw = await self._aget(session, url, self._max_body_bytes)
+            except _Failure as exc:
+                return done(exc.outcome, error=str(exc))
+        return self._classify(raw, done, crawl_delay_s)
+
+    def _classify(self, raw: _Raw, done: Callable[..., FetchOutcome], crawl_delay_s: float | None) -> FetchOutcome:
+        common = dict(
+            final_url=raw.final_url,
+            status=raw.status,
+            headers=raw.headers,
+            content_type=media_type(raw.headers),
+            body=raw.body,
+            truncated=raw.truncated,
+            body_size_bytes=len(raw.body),
+            crawl_delay_s=crawl_delay_s,
+        )
+        if raw.status in (429, 503):
+            common["retry_after_s"] = parse_retry_after(raw.headers.get("retry-after"), now_s=self._clock())
+        if raw.too_large:
+            return done("too_large", error="decompression ratio limit exceeded (bomb?)", **common)
+        if 300 <= raw.status < 400 and raw.location is not None:
+            return done("redirect", redirect_location=raw.location, **common)
+        if 200 <= raw.status < 300:
+            return done("ok", **common)
+        return done("http_error", error=f"HTTP {raw.status}", **common)
+
+    def _check_target(self, url: str) -> None:
+        try:
+            parsed = URL(url, encoded=True)
+        except ValueError as exc:
+            raise _Failure("error", f"invalid URL {url!r}: {exc}") from exc
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise _Failure("error", f"expected an absolute http(s) URL, got {url!r}")
+        host = parsed.host
+        if self._allow_private:
+            return
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return  # a name: checked by the resolver after DNS
+        if not is_public_address(host):
+            raise _Failure("blocked_private", f"{host} is not a public address; pass --allow-private-networks to allow")
+
+    async def _acheck_proxied_target(self, url: str) -> None:
+        """Through a proxy our connector only resolves the proxy, so check the target here.
+
+        Best effort: a target that resolves to non-public addresses is blocked; one we cannot
+        resolve goes to the proxy, which does its own DNS (and is the operator's egress
+        policy). The demo web doubles as such a proxy for its own hosts.
+        """
+        if not self._proxy or self._resolver is None:
+            return
+        host = URL(url, encoded=True).host or ""
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+            return  # literal: already checked
+        except ValueError:
+            pass
+        try:
+            await self._resolver.resolve(host, 80)
+        except BlockedAddress as exc:
+            raise _Failure("blocked_private", str(exc)) from exc
+        except OSError as exc:
+            logger.debug("proxied target %s does not resolve here (%s); the proxy decides", host, exc)
+
+    async def _aget(self, session: aiohttp.ClientSession, url: str, max_bytes: int) -> _Raw:
+        """One GET, no redirects, body read through the bounded decoder."""
+        try:
+            async with session.get(URL(url, encoded=True), allow_redirects=False, proxy=self._proxy) as resp:
+                headers = kept_headers(resp.headers.items())
+                location = resp.headers.get("Location")
+                absolute = urljoin(str(resp.url), location) if location else None
+                body, truncated, too_large = await self._aread(resp, max_bytes)
+                if truncated:
+                    resp.close()  # unread bytes left: never reuse this connection
+                return _Raw(resp.status, str(resp.url), headers, body, truncated, too_large, absolute)
+        except aiohttp.ClientConnectorDNSError as exc:
+            if isinstance(exc.os_error, BlockedAddress):
+                raise _Failure("blocked_private", str(exc.os_error)) from exc
+            if isinstance(exc.os_error, MappedHostMissing):
+                raise _Failure("dns_error", str(exc.os_error)) from exc
+            raise _Failure("dns_error", f"DNS lookup failed: {exc.os_error}") from exc
+        except (aiohttp.ClientProxyConnectionError, aiohttp.ClientConnectorError) as exc:
+            raise _Failure("connect_error", f"connect failed: {exc}") from exc
+        except TimeoutError as exc:  # aiohttp's timeouts subclass asyncio.TimeoutError == TimeoutError
+            raise _Failure("timeout", f"timed out ({exc.__class__.__name__})") from exc
+        except (aiohttp.ClientError, UnsupportedEncoding, zlib.error, OSError) as exc:
+            raise _Failure("error", f"{exc.__class__.__name__}: {exc}") from exc
+
+    async def _aread(self, resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool, bool]:
+        """Decoded body up to ``max_bytes``; (body, truncated, too_large)."""
+        decoder = make_decoder(resp.headers.get("Content-Encoding", ""))
+        body = bytearray()
+        async for chunk in resp.content.iter_chunked(_CHUNK_BYTES):
+            decoder.feed(chunk)
+            # Inflate in steps so the ratio guard sees a bomb before the cap is reached.
+            while out := decoder.read(_DECODE_STEP_BYTES):
+                body += out
+                if len(body) > _RATIO_FLOOR_BYTES and len(body) > self._max_ratio * max(decoder.consumed_bytes, 1):
+                    return bytes(body[:max_bytes]), True, True
+                if len(body) > max_bytes:
+                    return bytes(body[:max_bytes]), True, False
+        return bytes(body), False, False
+
+    # -- robots.txt ----------------------------------------------------------------
+
+    async def _arobots_policy(self, session: aiohttp.ClientSession, url: str) -> RobotsPolicy:
+        origin = origin_of(url)
+        policy = self.robots.get(origin)
+        if policy is not None:
+            return policy
+        lock = self._robots_locks.setdefault(origin, asyncio.Lock())
+        try:
+            async with lock:  # one robots.txt fetch per origin, however many pages wait
+                policy = self.robots.get(origin)
+                if policy is None:
+                    policy = await self._afetch_robots(session, origin)
+                    self.robots.put(origin, policy)
+        finally:
+            if not lock.locked():
+                self._robots_locks.pop(origin, None)
+        return policy
+
+    async def _afetch_robots(self, session: aiohttp.ClientSession, origin: str) -> RobotsPolicy:
+        target = origin + "/robots.txt"
+        for _hop in range(MAX_ROBOTS_REDIRECTS + 1):
+            try:
+                self._check_target(target)
+                await self._acheck_proxied_target(target)
+                raw = await self._aget(session, target, MAX_ROBOTS_BYTES)
+            except _Failure as exc:
+                if exc.outcome in ("dns_error", "blocked_private"):
+                    raise  # the page's host fails the same way: report that, not robots
+                logger.info("robots.txt of %s unavailable: %s", origin, exc)
+                return RobotsPolicy.from_response(0, b"", error_backoff_s=self._robots_error_backoff_s)
+            if 300 <= raw.status < 400 and raw.location:
+                target = raw.location
+                continue
+            return RobotsPolicy.from_response(raw.status, raw.body, error_backoff_s=self._robots_error_backoff_s)
+        return RobotsPolicy.allow_all(f"robots.txt: more than {MAX_ROBOTS_REDIRECTS} redirects")

@@ -1,0 +1,113 @@
+"""The result of one fetch attempt, and the pure helpers that fill it (no I/O)."""
+
+from __future__ import annotations
+
+import email.utils
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["KEPT_HEADERS", "OUTCOMES", "FetchOutcome", "Outcome", "kept_headers", "parse_retry_after"]
+
+Outcome = Literal[
+    "ok",
+    "http_error",
+    "timeout",
+    "dns_error",
+    "connect_error",
+    "robots_disallowed",
+    "blocked_private",
+    "redirect",
+    "too_large",
+    "error",
+]
+OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+
+# Response headers worth keeping downstream (content store, scheduler); everything else is
+# dropped so a FetchResult stays small whatever the server sends.
+KEPT_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "content-language",
+        "content-disposition",
+        "last-modified",
+        "etag",
+        "expires",
+        "cache-control",
+        "date",
+        "location",
+        "retry-after",
+        "server",
+        "x-robots-tag",
+        "link",
+    }
+)
+MAX_HEADER_VALUE_CHARS = 2048
+MAX_RETRY_AFTER_S = 86400.0
+
+
+@dataclass(frozen=True)
+class FetchOutcome:
+    """One attempt at one URL. ``status`` is 0 when no HTTP response arrived.
+
+    Redirects are never followed: ``outcome="redirect"`` carries the absolute
+    ``redirect_location`` so the pipeline sends it back through dedupe (which ends loops).
+    ``body`` holds at most the configured cap of *decoded* bytes; ``truncated`` says the
+    server had more. ``retry_after_s`` comes from Retry-After on 429/503, or is the
+    robots.txt back-off when robots.txt was unavailable (5xx / network error).
+    """
+
+    url: str
+    final_url: str
+    status: int
+    outcome: Outcome
+    error: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = ""
+    body: bytes = b""
+    truncated: bool = False
+    body_size_bytes: int = 0
+    elapsed_ms: int = 0
+    redirect_location: str | None = None
+    retry_after_s: float | None = None
+    crawl_delay_s: float | None = None
+    attempt: int = 0
+    fetched_at_ms: int = 0
+
+    @property
+    def is_html(self) -> bool:
+        ct = self.content_type
+        return ct in ("text/html", "application/xhtml+xml")
+
+
+def parse_retry_after(value: str | None, *, now_s: float) -> float | None:
+    """Seconds to wait from a Retry-After value (delta-seconds or an HTTP date), clamped to a day."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return min(max(0.0, when.timestamp() - now_s), MAX_RETRY_AFTER_S)
+
+
+def kept_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The bounded header subset: lowercased names, first value wins, long values cut."""
+    kept: dict[str, str] = {}
+    for name, value in items:
+        key = name.lower()
+        if key in KEPT_HEADERS and key not in kept:
+            kept[key] = value[:MAX_HEADER_VALUE_CHARS]
+    return kept
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    """``text/html`` from ``Text/HTML; charset=utf-8``; empty when absent."""
+    return headers.get("content-type", "").split(";", 1)[0].strip().lower()

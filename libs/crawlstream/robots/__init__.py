@@ -1,0 +1,23 @@
+"""robots.txt: RFC 9309 policy around protego, cached per origin (fetching is in ``crawlstream.fetch``)."""
+
+from crawlstream.robots._robots import (
+    MAX_ROBOTS_BYTES,
+    MAX_ROBOTS_REDIRECTS,
+    RobotsCache,
+    RobotsDecision,
+    RobotsPolicy,
+    origin_of,
+    product_token,
+    robots_url_for,
+)
+
+__all__ = [
+    "MAX_ROBOTS_BYTES",
+    "MAX_ROBOTS_REDIRECTS",
+    "RobotsCache",
+    "RobotsDecision",
+    "RobotsPolicy",
+    "origin_of",
+    "product_token",
+    "robots_url_for",
+]
