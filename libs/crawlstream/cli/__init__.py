@@ -33,6 +33,7 @@ _COMMANDS = (
     "_store",
     "_export_warc",
     "_demo",
+    "_demo_web",
     "_settings",
 )
 

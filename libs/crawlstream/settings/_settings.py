@@ -38,21 +38,42 @@ class BusSettings:
     )
     segment_bytes: int = setting(64 * 1024 * 1024, "embedded log segment size before rolling", check=positive)
     linger_ms: int = setting(20, "Kafka producer batching delay", check=non_negative)
+    kafka_extra_config: str = setting(
+        "",
+        "extra librdkafka settings for every Kafka client, as a comma list of key=value "
+        "(e.g. security.protocol=SASL_SSL,session.timeout.ms=10000); applied last, so it overrides",
+        secret=True,
+        check=lambda v: None
+        if all("=" in item and item.split("=", 1)[0].strip() for item in v.split(",") if item.strip())
+        else "a comma list of key=value",
+    )
     poll_timeout_s: float = setting(1.0, "consumer poll timeout: how quickly a loop notices shutdown", check=positive)
 
 
 @dataclass(frozen=True)
 class DedupeSettings:
+    """The deduper's Bloom filters (one per partition, in the owning process; ADR 005)."""
+
     expected_urls: int = setting(
         10_000_000, "URLs the Bloom filter is sized for, across all partitions", check=positive
     )
     false_positive_rate: float = setting(
-        0.001, "Bloom false-positive rate at the expected URL count", check=lambda v: None if 0 < v < 1 else "0 < rate < 1"
+        0.001,
+        "Bloom false-positive rate at the expected URL count",
+        check=lambda v: None if 0 < v < 1 else "0 < rate < 1",
+    )
+    snapshot_interval_s: float = setting(
+        60.0,
+        "seconds between Bloom snapshots (dedupe/<partition>.bloom); a restart replays at most "
+        "this much of urls.discovered",
+        check=positive,
     )
 
 
 @dataclass(frozen=True)
 class SchedulerSettings:
+    """Per-domain politeness and the frontier files (crawlstream.politeness.Scheduler)."""
+
     min_delay_s: float = setting(1.0, "minimum seconds between two requests to one domain", check=non_negative)
     response_time_factor: float = setting(
         2.0, "next request waits at least this multiple of the last response time", check=non_negative
@@ -62,11 +83,25 @@ class SchedulerSettings:
     max_retries: int = setting(2, "retries of a timed-out or 5xx URL before it is given up", check=non_negative)
     max_pages_per_domain: int = setting(100_000, "page budget per domain", check=positive)
     max_depth: int = setting(20, "links deeper than this from a seed are not scheduled", check=non_negative)
+    lease_s: float = setting(
+        600.0,
+        "a fetch request not answered within this many seconds counts as a timeout (lost request) "
+        "and is retried; keep it well above fetch.timeout_s",
+        check=positive,
+    )
+    compact_min_bytes: int = setting(
+        64 * 1024,
+        "a frontier file is rewritten without its consumed prefix once that prefix is this large "
+        "and more than half the file",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
 class FetchSettings:
-    user_agent: str = setting("crawlstream/0.1 (+https://example.invalid/crawlstream)", "User-Agent sent and matched in robots.txt")
+    user_agent: str = setting(
+        "crawlstream/0.1 (+https://example.invalid/crawlstream)", "User-Agent sent and matched in robots.txt"
+    )
     timeout_s: float = setting(30.0, "total time allowed for one request", check=positive)
     read_timeout_s: float = setting(10.0, "longest silence while reading a response", check=positive)
     max_body_bytes: int = setting(
@@ -80,6 +115,23 @@ class FetchSettings:
         flag="--allow-private-networks",
     )
     robots_cache_s: float = setting(86400.0, "how long a robots.txt stays cached", check=positive)
+    robots_error_backoff_s: float = setting(
+        300.0,
+        "robots.txt answered 5xx or was unreachable: the host counts as fully disallowed for this long "
+        "(RFC 9309), reported as retry_after_s so the scheduler backs the domain off",
+        check=positive,
+    )
+    max_decompression_ratio: float = setting(
+        100.0,
+        "past 1 MiB decoded, a compressed body inflating faster than this is abandoned as too_large (a bomb)",
+        check=positive,
+    )
+    limit_per_host: int = setting(2, "open connections per host in the fetcher's pool", check=positive)
+    resolve_map_file: Path | None = setting(
+        None,
+        "JSON {host: [ip, port]} overriding DNS, and only these hosts resolve (written by "
+        "`crawlstream demo-web --resolve-map-out`; loopback targets also need --allow-private-networks)",
+    )
 
 
 @dataclass(frozen=True)
@@ -88,25 +140,86 @@ class StoreSettings:
 
     dict_min_samples: int = setting(8, "bodies of a domain seen before its zstd dictionary is trained", check=positive)
     zstd_level: int = setting(3, "zstd level for the hot tier", check=positive)
+    warm_level: int = setting(9, "zstd level when records move to the warm tier", check=positive)
+    cold_level: int = setting(19, "zstd level when records move to the cold tier (with dictionaries)", check=positive)
+    archive_level: int = setting(22, "zstd level when records move to the archive tier", check=positive)
+    dict_size_bytes: int = setting(
+        256 * 1024, "upper bound of a per-domain dictionary (smaller domains get total/32)", check=positive
+    )
+    global_dict_size_bytes: int = setting(
+        512 * 1024, "upper bound of the global dictionary used by domains without their own", check=positive
+    )
+    global_dict_min_samples: int = setting(32, "bodies needed before the global dictionary is trained", check=positive)
+    large_body_bytes: int = setting(
+        4 * 1024 * 1024, "bodies larger than this are compressed without a dictionary", check=positive
+    )
+    segment_bytes: int = setting(64 * 1024 * 1024, "segment file size before rolling to a new one", check=positive)
+    fsync: str = setting(
+        "batch",
+        "store durability: 'always' fsyncs each put (segment then index), 'batch' on sync/roll/"
+        "recompress/close (a kill -9 loses nothing, a power loss may), 'never' leaves it to the OS",
+        check=one_of("always", "batch", "never"),
+    )
+    warm_after_s: float = setting(7 * 86400.0, "age after which hot records move to the warm tier", check=positive)
+    cold_after_s: float = setting(30 * 86400.0, "age after which records move to the cold tier", check=positive)
+    archive_after_s: float = setting(90 * 86400.0, "age after which records move to the archive tier", check=positive)
 
 
 @dataclass(frozen=True)
 class LakeSettings:
-    row_group_rows: int = setting(64 * 1024, "rows per Parquet row group in the lake", check=positive)
+    """The Parquet lake (docs/decisions/004-lake-row-groups.md)."""
+
+    row_group_rows: int = setting(
+        16 * 1024,
+        "rows per Parquet row group in the lake: smaller = faster page reads, more footer bytes",
+        check=positive,
+    )
+    zstd_level: int = setting(9, "zstd level of lake files (higher: smaller, slower writes)", check=positive)
+    file_max_rows: int = setting(
+        4_000_000, "a (dataset, domain prefix) buffer is published as a file at this many rows", check=positive
+    )
+    buffer_max_rows: int = setting(
+        8_000_000,
+        "rows buffered across partitions before the largest is published (memory bound; smaller "
+        "values fragment big domains across files until `crawlstream index compact`)",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
 class IndexSettings:
+    """The index versions (docs/decisions/003-domain-dictionary.md)."""
+
     keep_versions: int = setting(3, "index versions kept by garbage collection", check=positive)
+    postings_shards: int = setting(
+        64, "postings shards per version (domain_id % shards); fixed per version", check=positive
+    )
+    row_groups_cached: int = setting(
+        64, "decoded Parquet row groups a reader keeps in its LRU cache", check=positive
+    )
 
 
 @dataclass(frozen=True)
 class ApiSettings:
+    """The query API (`crawlstream serve`, service `query-api`); see libs/crawlstream/api."""
+
     host: str = setting("127.0.0.1", "address the query API listens on")
     port: int = setting(8080, "port the query API listens on", check=non_negative)
-    max_limit: int = setting(10_000, "hard cap of `limit` on paginated endpoints", check=positive)
+    max_limit: int = setting(
+        10_000, "hard cap of `limit` on paginated endpoints (a larger `limit` is a 400)", check=positive
+    )
+    default_limit: int = setting(100, "`limit` of a page when the request gives none", check=positive)
     tokens_file: Path | None = setting(
         None, "JSON file {token: [dataset_id, ...] or '*'} enabling per-dataset ACLs (unset: open)"
+    )
+    executor_threads: int = setting(
+        4,
+        "threads running index reads off the event loop (0 = run them on the loop; "
+        "see docs/decisions/ for the measurement)",
+        check=non_negative,
+    )
+    request_timeout_s: float = setting(
+        10.0, "a request whose index work takes longer gets a 503 (seed: timeouts per step)", check=positive
     )
 
 
@@ -116,6 +229,9 @@ class CrawlSettings:
 
     dataset_id: int = setting(1, "dataset id the crawl's pages are recorded under in the lake", check=non_negative)
     max_pages: int = setting(0, "stop after this many pages (0 = no limit)", flag="--max-pages", check=non_negative)
+    allowed_domains: tuple[str, ...] = setting(
+        (), "registered domains the crawl may enter (comma list; empty = every domain)"
+    )
 
 
 @dataclass(frozen=True)
