@@ -1,0 +1,29 @@
+"""Per-domain frontier files: the record codec, domain-name validation and the file store.
+
+Redis-side metadata (offsets, ready queue) belongs to ``crawlstream.politeness``.
+"""
+
+from crawlstream.frontier._domains import validate_domain
+from crawlstream.frontier._records import (
+    HEADER_SIZE,
+    MAX_URL_BYTES,
+    FrontierEntry,
+    decode_header,
+    decode_records,
+    encode_header,
+    encode_record,
+)
+from crawlstream.frontier._store import FileState, FrontierFiles
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAX_URL_BYTES",
+    "FileState",
+    "FrontierEntry",
+    "FrontierFiles",
+    "decode_header",
+    "decode_records",
+    "encode_header",
+    "encode_record",
+    "validate_domain",
+]

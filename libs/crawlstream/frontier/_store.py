@@ -1,0 +1,264 @@
+"""Frontier files on disk: one append-only file per domain, ``<root>/<partition>/<hh>/<domain>``.
+
+This module owns the bytes; the caller (the scheduler) owns the metadata in Redis and hands
+it in as a ``FileState`` (generation, read offset, size). Every method validates the domain
+before building a path. Not thread-safe per domain: one owner per partition appends, reads
+and compacts a domain's file from one thread (the partition model guarantees one owner).
+
+Compaction and crashes (numbered steps in ``compact``): the unread tail is written to
+``<domain>~compact`` with generation g+1, fsynced, renamed over ``<domain>``, and only then
+does the caller store the new state in Redis. ``reconcile`` repairs whatever a crash left:
+a stray ``~compact`` file is deleted (step 3 never happened; the old file is intact); a file
+whose header says g+1 while Redis says g means step 4 never happened, so the tail file is
+adopted from its start; bytes past the known size are scanned and a torn record cut off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawlstream.errors import ChecksumMismatch, StorageUnavailable
+from crawlstream.frontier._domains import validate_domain
+from crawlstream.frontier._records import (
+    HEADER_SIZE,
+    FrontierEntry,
+    decode_header,
+    decode_records,
+    encode_header,
+    encode_record,
+)
+
+__all__ = ["FileState", "FrontierFiles"]
+
+logger = logging.getLogger(__name__)
+
+_READ_CHUNK = 16 * 1024
+_TMP_SUFFIX = "~compact"  # '~' is never in a valid domain, so it cannot name another domain's file
+
+
+def _domain_prefix(domain: str) -> str:
+    from crawlstream.urls import domain_prefix  # the fixed hh: first two hex digits of xxh3_64(domain)
+
+    return domain_prefix(domain)
+
+
+@dataclass(frozen=True)
+class FileState:
+    """Where a domain's file stands: its header ``generation``, next record ``offset``, valid ``size``.
+
+    ``offset == size`` means nothing is unread. A file that does not exist yet is
+    ``FileState(generation, HEADER_SIZE, HEADER_SIZE)``.
+    """
+
+    generation: int = 0
+    offset: int = HEADER_SIZE
+    size: int = HEADER_SIZE
+
+    @property
+    def unread_bytes(self) -> int:
+        return self.size - self.offset
+
+
+class FrontierFiles:
+    """Append, read, reconcile and compact per-domain frontier files under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._dirty: set[Path] = set()
+
+    def path_for(self, partition: int, domain: str) -> Path:
+        """The file of ``domain`` (``InvalidDomain`` before any path exists for a bad name)."""
+        validate_domain(domain)
+        return self.root / str(int(partition)) / _domain_prefix(domain) / domain
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def append(self, partition: int, domain: str, entries: list[FrontierEntry], state: FileState) -> FileState:
+        """Append ``entries`` after ``state.size``; return the new state (size grown).
+
+        ``state`` must be reconciled (``reconcile``) once per process before the first append,
+        so that the file really ends at ``state.size``. A missing file is created with a header.
+        """
+        path = self.path_for(partition, domain)
+        data = b"".join(encode_record(e) for e in entries)
+        try:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "wb") as fh:
+                    fh.write(encode_header(state.generation))
+                    fh.write(data)
+                state = FileState(state.generation, HEADER_SIZE, HEADER_SIZE)
+            else:
+                with open(path, "r+b") as fh:
+                    fh.seek(state.size)
+                    fh.write(data)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot append to frontier file {path} ({exc})") from exc
+        self._dirty.add(path)
+        return FileState(state.generation, state.offset, state.size + len(data))
+
+    def sync(self) -> int:
+        """fsync every file appended to since the last call (before committing bus offsets)."""
+        count = 0
+        for path in sorted(self._dirty):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot fsync frontier file {path} ({exc})") from exc
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            count += 1
+        self._dirty.clear()
+        return count
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def read(self, partition: int, domain: str, state: FileState, limit: int = 1) -> list[tuple[FrontierEntry, int]]:
+        """Up to ``limit`` records from ``state.offset`` (before ``state.size``), each with its end offset.
+
+        ``ChecksumMismatch`` if a record below ``state.size`` is corrupt (the bytes were
+        acknowledged once, so this is damage, not a torn tail).
+        """
+        if state.offset >= state.size:
+            return []
+        path = self.path_for(partition, domain)
+        out: list[tuple[FrontierEntry, int]] = []
+        offset = state.offset
+        try:
+            with open(path, "rb") as fh:
+                chunk = _READ_CHUNK
+                while len(out) < limit and offset < state.size:
+                    fh.seek(offset)
+                    data = fh.read(min(chunk, state.size - offset))
+                    got, end = decode_records(data, domain, offset, limit - len(out))
+                    if not got:
+                        if len(data) < min(chunk, state.size - offset) or chunk >= state.size - offset:
+                            raise ChecksumMismatch(
+                                f"frontier file {path}: no valid record at offset {offset} below the "
+                                f"acknowledged size {state.size}; the file is damaged"
+                            )
+                        chunk *= 4  # one record longer than the chunk
+                        continue
+                    out.extend(got)
+                    offset = end
+        except FileNotFoundError as exc:
+            raise ChecksumMismatch(f"frontier file {path} is missing but Redis says {state}") from exc
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot read frontier file {path} ({exc})") from exc
+        return out
+
+    # -- recovery and compaction --------------------------------------------------------------
+
+    def reconcile(self, partition: int, domain: str, state: FileState) -> FileState:
+        """Make ``state`` (from Redis) and the file agree after a crash; return the true state."""
+        path = self.path_for(partition, domain)
+        tmp = path.with_name(path.name + _TMP_SUFFIX)
+        try:
+            if tmp.exists():
+                tmp.unlink()  # a compaction crashed before its rename: the old file is intact
+                logger.warning("frontier %s: removed an unfinished compaction file", domain)
+            try:
+                with open(path, "rb") as fh:
+                    header = fh.read(HEADER_SIZE)
+                    file_size = os.fstat(fh.fileno()).st_size
+            except FileNotFoundError:
+                if state.unread_bytes > 0:
+                    logger.error(
+                        "frontier %s: file %s is missing; %d unread bytes are lost",
+                        domain,
+                        path,
+                        state.unread_bytes,
+                    )
+                return FileState(state.generation, HEADER_SIZE, HEADER_SIZE)
+            try:
+                generation = decode_header(header, str(path))
+            except ChecksumMismatch:
+                if len(header) < HEADER_SIZE and state.size <= HEADER_SIZE:
+                    path.unlink()  # torn while being created: nothing was ever acknowledged
+                    return FileState(state.generation, HEADER_SIZE, HEADER_SIZE)
+                raise
+            if generation == state.generation:
+                # Usual case: only bytes past the acknowledged size can be torn.
+                start = state.size if state.size <= file_size else state.offset
+                if start > file_size:
+                    start = HEADER_SIZE
+                new = FileState(generation, min(state.offset, start), start)
+            else:
+                if generation != state.generation + 1:
+                    logger.error(
+                        "frontier %s: file generation %d but Redis says %d; re-reading the file from its start",
+                        domain,
+                        generation,
+                        state.generation,
+                    )
+                # Step 4 of a compaction never ran: the file holds exactly the unread tail.
+                new = FileState(generation, HEADER_SIZE, HEADER_SIZE)
+            return self._scan_tail(path, new, file_size)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot reconcile frontier file {path} ({exc})") from exc
+
+    def _scan_tail(self, path: Path, state: FileState, file_size: int) -> FileState:
+        """Extend ``state.size`` over whole valid records up to EOF; cut a torn tail off."""
+        if file_size <= state.size:
+            return state
+        with open(path, "r+b") as fh:
+            fh.seek(state.size)
+            data = fh.read()
+            _, valid_end = decode_records(data, "", state.size)
+            if valid_end < file_size:
+                logger.warning(
+                    "frontier %s: cut a torn tail of %d bytes at offset %d",
+                    path.name,
+                    file_size - valid_end,
+                    valid_end,
+                )
+                fh.truncate(valid_end)
+        return FileState(state.generation, state.offset, valid_end)
+
+    def compact(self, partition: int, domain: str, state: FileState) -> FileState:
+        """Rewrite the unread tail as generation + 1; the caller must then store the result.
+
+        Steps (do not reorder; ``reconcile`` repairs a crash between any two):
+        1. copy ``[offset, size)`` into ``<domain>~compact`` under a new header (generation + 1);
+        2. fsync it; 3. rename it over ``<domain>`` and fsync the directory;
+        4. (caller) store the returned state in Redis.
+        """
+        path = self.path_for(partition, domain)
+        tmp = path.with_name(path.name + _TMP_SUFFIX)
+        new_generation = state.generation + 1
+        try:
+            with open(path, "rb") as src:
+                src.seek(state.offset)
+                tail = src.read(state.size - state.offset)
+            with open(tmp, "wb") as dst:  # 1.
+                dst.write(encode_header(new_generation))
+                dst.write(tail)
+                dst.flush()
+                os.fsync(dst.fileno())  # 2.
+            os.replace(tmp, path)  # 3.
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot compact frontier file {path} ({exc})") from exc
+        self._dirty.discard(path)
+        logger.debug(
+            "frontier %s: compacted %d consumed bytes (generation %d)",
+            domain,
+            state.offset - HEADER_SIZE,
+            new_generation,
+        )
+        return FileState(new_generation, HEADER_SIZE, HEADER_SIZE + len(tail))
+
+    def remove(self, partition: int, domain: str) -> None:
+        """Delete a domain's file (its state in Redis must be reset by the caller first)."""
+        self.path_for(partition, domain).unlink(missing_ok=True)

@@ -1,0 +1,16 @@
+"""Per-domain politeness: which URL may be fetched when, with state in Redis and frontier files.
+
+``Scheduler`` is the library the scheduler service drives; see its module docstring for the
+Redis layout and the caller's contract.
+"""
+
+from crawlstream.politeness._scheduler import Scheduler
+from crawlstream.politeness._state import (
+    BACKOFF_ERRORS,
+    BACKOFF_STATUSES,
+    DomainState,
+    FetchOutcome,
+    FetchTicket,
+)
+
+__all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "DomainState", "FetchOutcome", "FetchTicket", "Scheduler"]

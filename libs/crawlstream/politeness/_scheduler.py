@@ -1,0 +1,657 @@
+"""The per-domain politeness scheduler: frontier files on disk, metadata in Redis.
+
+Redis layout per partition ``p`` (all O(domains), never O(URLs))::
+
+    cs:sched:{p}:d:{domain}  HASH  gen off size  (frontier file generation, read offset, valid size)
+                                   next          (next fetch at, ms)    infl (requests in flight)
+                                   rd            (set while one caller reads the file: the claim)
+                                   cdel rtt bo   (robots Crawl-delay ms, last response ms, back-off level)
+                                   pages         (pages dispatched, counted against the budget)
+    cs:sched:{p}:ready       ZSET  domain -> next fetch at (ms); only domains that may be fetched
+    cs:sched:{p}:domains     SET   every domain with a frontier file in p (for load_partition)
+    cs:sched:{p}:inflight    HASH  "domain\\nurl" -> frontier record of the ticket (for retries)
+    cs:sched:{p}:leases      ZSET  "domain\\nurl" -> lease deadline (ms); expired = a lost request
+
+Caller's contract (the scheduler service): one instance owns a partition at a time
+(``load_partition`` on assign; ``flush_partition`` then ``drop_partition`` on revoke;
+``drop_partition`` alone on lost). ``enqueue`` for each ``urls.frontier`` batch, then
+``flush_partition`` before committing its offsets; ``complete`` for each ``fetch.results``
+event; ``due`` in a loop, producing one ``fetch.requests`` event per ticket. Calls on one
+instance are serialized per partition. ``due`` is also safe across instances: a domain is
+claimed in Redis by a Lua script, so two callers never hand out the same domain's slot twice.
+``complete_many`` closes a batch of results in two round trips.
+
+Delivery is at-least-once: a ticket is recorded (with a lease) before ``due`` returns it, so
+a crash before its request is produced re-dispatches the URL once the lease expires; a
+``urls.frontier`` batch replayed after a crash before its offsets were committed is appended
+again (the URL may be fetched twice; the stores downstream are idempotent by url_key).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from crawlstream.errors import ChecksumMismatch, InvalidDomain, RedisUnavailable
+from crawlstream.frontier import (
+    HEADER_SIZE,
+    FileState,
+    FrontierEntry,
+    FrontierFiles,
+    decode_records,
+    encode_record,
+    validate_domain,
+)
+from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
+
+if TYPE_CHECKING:
+    from crawlstream.settings import Settings
+
+__all__ = ["Scheduler"]
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+# Claim up to ARGV[2] due domains: each leaves the ready queue; those that may send another
+# request get rd=1 (the claim) and infl+1 and are returned. Atomic, so two callers never
+# claim the same domain.
+_CLAIM = """
+local now = tonumber(ARGV[1])
+local max_in_flight = tonumber(ARGV[3])
+local budget = tonumber(ARGV[4])
+local hdr = tonumber(ARGV[6])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, d in ipairs(due) do
+  redis.call('ZREM', KEYS[1], d)
+  local h = ARGV[5] .. d
+  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd')
+  local infl = tonumber(v[1]) or 0
+  if (not v[5]) and infl < max_in_flight and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
+      and (tonumber(v[4]) or 0) < budget then
+    redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
+    out[#out + 1] = d
+  end
+end
+return out
+"""
+
+# requeue(): put a domain in the ready queue at its next fetch time iff it may send a
+# request now or later (slot free, unread records, budget left) and nobody holds its
+# claim; else take it out. ``release`` drops the caller's own claim first.
+_REQUEUE_FN = """
+local function requeue(ready, h, domain, now, max_in_flight, budget, hdr, release)
+  if release == '1' then
+    redis.call('HDEL', h, 'rd')
+  elseif redis.call('HEXISTS', h, 'rd') == 1 then
+    return -1
+  end
+  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next')
+  local infl = tonumber(v[1]) or 0
+  if infl < 0 then
+    redis.call('HSET', h, 'infl', 0)
+    infl = 0
+  end
+  if infl < tonumber(max_in_flight) and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
+      and (tonumber(v[4]) or 0) < tonumber(budget) then
+    redis.call('ZADD', ready, tonumber(v[5]) or tonumber(now), domain)
+    return 1
+  end
+  redis.call('ZREM', ready, domain)
+  return 0
+end
+"""
+
+# KEYS: ready, domain hash. ARGV: domain, now, max_in_flight, budget, release, header size.
+_REQUEUE = (
+    _REQUEUE_FN
+    + """
+return requeue(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[5])
+"""
+)
+
+# Record one dispatch (or an empty read) in one atomic step. KEYS: ready, domain hash,
+# inflight, leases. ARGV[1..6] as _REQUEUE, then: new offset, next fetch at, ticket field,
+# ticket record ('' = no ticket: give the slot back), lease deadline.
+_DISPATCH = (
+    _REQUEUE_FN
+    + """
+local h = KEYS[2]
+redis.call('HSET', h, 'off', ARGV[7])
+if ARGV[9] ~= '' then
+  redis.call('HINCRBY', h, 'pages', 1)
+  redis.call('HSET', h, 'next', ARGV[8])
+  redis.call('HSET', KEYS[3], ARGV[9], ARGV[10])
+  redis.call('ZADD', KEYS[4], ARGV[11], ARGV[9])
+else
+  redis.call('HINCRBY', h, 'infl', -1)
+end
+if ARGV[5] == '1' then
+  return requeue(KEYS[1], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '1')
+end
+return 0
+"""
+)
+
+# Close one ticket in one atomic step. KEYS: ready, domain hash, inflight, leases.
+# ARGV[1..6] as _REQUEUE, then: ticket field, next fetch at, back-off level, Crawl-delay ms,
+# last response ms, new file size ('' = no retry appended; else the page is refunded).
+_COMPLETE = (
+    _REQUEUE_FN
+    + """
+local h = KEYS[2]
+redis.call('HDEL', KEYS[3], ARGV[7])
+redis.call('ZREM', KEYS[4], ARGV[7])
+redis.call('HINCRBY', h, 'infl', -1)
+redis.call('HSET', h, 'next', ARGV[8], 'bo', ARGV[9], 'cdel', ARGV[10], 'rtt', ARGV[11])
+if ARGV[12] ~= '' then
+  redis.call('HSET', h, 'size', ARGV[12])
+  redis.call('HINCRBY', h, 'pages', -1)
+end
+return requeue(KEYS[1], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '0')
+"""
+)
+
+_MAX_BACKOFF_LEVEL = 40
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return default if value is None else int(value)
+
+
+class _Keys:
+    __slots__ = ("domains", "hash_prefix", "inflight", "leases", "ready")
+
+    def __init__(self, partition: int) -> None:
+        base = f"cs:sched:{int(partition)}:"
+        self.ready = base + "ready"
+        self.domains = base + "domains"
+        self.inflight = base + "inflight"
+        self.leases = base + "leases"
+        self.hash_prefix = base + "d:"
+
+    def domain(self, domain: str) -> str:
+        return self.hash_prefix + domain
+
+
+class Scheduler:
+    """Politeness and frontier bookkeeping for the partitions this instance owns.
+
+    ``clock`` returns seconds (``time.time``; tests pass a hand-moved clock). Delays:
+    next fetch = now + max(``min_delay_s``, robots Crawl-delay, ``response_time_factor`` x last
+    response time); 429/503/timeouts double a back-off capped at ``max_backoff_s``, and a
+    Retry-After is honoured up to the same cap. A URL is retried ``max_retries`` times at
+    most; deeper than ``max_depth`` it is never stored; beyond ``max_pages_per_domain``
+    dispatches a domain is not scheduled again. A ticket not completed within ``lease_s``
+    counts as a timeout (its request was lost). Files are compacted once at least
+    ``compact_min_bytes`` and more than half of them are consumed.
+    """
+
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        frontier_root: Path,
+        clock: Clock = time.time,
+        *,
+        min_delay_s: float = 1.0,
+        response_time_factor: float = 2.0,
+        max_in_flight_per_domain: int = 1,
+        max_backoff_s: float = 3600.0,
+        max_retries: int = 2,
+        max_pages_per_domain: int = 100_000,
+        max_depth: int = 20,
+        lease_s: float = 600.0,
+        compact_min_bytes: int = 64 * 1024,
+    ) -> None:
+        self.redis = redis_client
+        self.files = FrontierFiles(frontier_root)
+        self.clock = clock
+        self.min_delay_ms = int(min_delay_s * 1000)
+        self.response_time_factor = response_time_factor
+        self.max_in_flight = max_in_flight_per_domain
+        self.max_backoff_ms = int(max_backoff_s * 1000)
+        self.max_retries = max_retries
+        self.max_pages = max_pages_per_domain
+        self.max_depth = max_depth
+        self.lease_ms = int(lease_s * 1000)
+        self.compact_min_bytes = compact_min_bytes
+        self.stats: Counter[str] = Counter()
+        self._claim = redis_client.register_script(_CLAIM)
+        self._requeue = redis_client.register_script(_REQUEUE)
+        self._dispatch_script = redis_client.register_script(_DISPATCH)
+        self._complete_script = redis_client.register_script(_COMPLETE)
+        self._verified: dict[int, set[str]] = {}
+        self._locks: dict[int, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+        self._warned: set[str] = set()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, redis_client: redis.Redis, clock: Clock = time.time) -> Scheduler:
+        s = settings.scheduler
+        return cls(
+            redis_client,
+            settings.data_dir / "frontier",
+            clock,
+            min_delay_s=s.min_delay_s,
+            response_time_factor=s.response_time_factor,
+            max_in_flight_per_domain=s.max_in_flight_per_domain,
+            max_backoff_s=s.max_backoff_s,
+            max_retries=s.max_retries,
+            max_pages_per_domain=s.max_pages_per_domain,
+            max_depth=s.max_depth,
+            lease_s=s.lease_s,
+            compact_min_bytes=s.compact_min_bytes,
+        )
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- ownership ------------------------------------------------------------------------
+
+    def load_partition(self, partition: int) -> int:
+        """Take ownership: clear claims left by a crashed owner, recount in-flight slots from the
+        recorded tickets (their results may still arrive; expired ones are reclaimed by ``due``)
+        and rebuild the ready queue. Returns the number of domains in the partition."""
+        keys = _Keys(partition)
+        now = self.now_ms()
+        with self._lock(partition):
+            self._verified[partition] = set()
+            try:
+                in_flight: Counter[str] = Counter()
+                for field in self.redis.hkeys(keys.inflight):
+                    in_flight[_text(field).split("\n", 1)[0]] += 1
+                count = 0
+                batch: list[str] = []
+                for raw in self.redis.sscan_iter(keys.domains, count=1000):
+                    batch.append(_text(raw))
+                    if len(batch) >= 1000:
+                        self._reset_domains(keys, batch, in_flight, now)
+                        count += len(batch)
+                        batch = []
+                self._reset_domains(keys, batch, in_flight, now)
+                count += len(batch)
+            except redis.RedisError as exc:
+                raise RedisUnavailable(f"load of scheduler partition {partition} failed ({exc})") from exc
+        logger.info(
+            "scheduler partition %d loaded: %d domains, %d in flight",
+            partition,
+            count,
+            sum(in_flight.values()),
+        )
+        return count
+
+    def _reset_domains(self, keys: _Keys, domains: list[str], in_flight: Counter[str], now: int) -> None:
+        if not domains:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for d in domains:
+            pipe.hset(keys.domain(d), "infl", in_flight.get(d, 0))
+            self._requeue(keys=[keys.ready, keys.domain(d)], args=self._requeue_args(d, now, release=True), client=pipe)
+        pipe.execute()
+
+    def flush_partition(self, partition: int) -> int:
+        """fsync frontier files appended to since the last flush (call before committing offsets)."""
+        with self._lock(partition):
+            return self.files.sync()
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget process-local state of ``partition``; Redis and files stay for the next owner."""
+        with self._lock(partition):
+            self._verified.pop(partition, None)
+
+    # -- the three operations ------------------------------------------------------------------
+
+    def enqueue(self, partition: int, entries: Sequence[FrontierEntry]) -> int:
+        """Append new URLs to their domains' files and make those domains ready; return how many
+        were stored. Too deep, invalid-domain and over-budget entries are counted and skipped."""
+        now = self.now_ms()
+        keys = _Keys(partition)
+        by_domain: dict[str, list[FrontierEntry]] = {}
+        for entry in entries:
+            if entry.depth > self.max_depth:
+                self.stats["skipped_depth"] += 1
+                continue
+            try:
+                validate_domain(entry.domain)
+            except InvalidDomain as exc:
+                self.stats["skipped_invalid_domain"] += 1
+                self._warn_once("invalid_domain", "frontier: skipping URLs of an invalid domain: %s", exc)
+                continue
+            by_domain.setdefault(entry.domain, []).append(entry)
+        if not by_domain:
+            return 0
+        accepted = 0
+        with self._lock(partition):
+            try:
+                rows = self._hmget_all(keys, list(by_domain), ("gen", "off", "size", "pages", "infl"))
+                pipe = self.redis.pipeline(transaction=False)
+                for (domain, group), row in zip(by_domain.items(), rows, strict=True):
+                    if _int(row[3]) >= self.max_pages and _int(row[4]) <= 0:
+                        self.stats["skipped_budget"] += len(group)
+                        continue
+                    state = self._reconciled(partition, domain, row, keys)
+                    new = self.files.append(partition, domain, group, state)
+                    pipe.hset(keys.domain(domain), "size", new.size)
+                    pipe.hsetnx(keys.domain(domain), "gen", new.generation)
+                    pipe.hsetnx(keys.domain(domain), "off", new.offset)
+                    pipe.sadd(keys.domains, domain)
+                    self._requeue(
+                        keys=[keys.ready, keys.domain(domain)],
+                        args=self._requeue_args(domain, now),
+                        client=pipe,
+                    )
+                    accepted += len(group)
+                pipe.execute()
+            except redis.RedisError as exc:
+                raise RedisUnavailable(f"enqueue to scheduler partition {partition} failed ({exc})") from exc
+        self.stats["enqueued"] += accepted
+        return accepted
+
+    def due(self, partition: int, now_ms: int | None = None, limit: int = 100) -> list[FetchTicket]:
+        """Hand out the next URL of up to ``limit`` domains whose next fetch time has come.
+
+        Each ticket holds one of its domain's in-flight slots until ``complete``.
+        """
+        now = self.now_ms() if now_ms is None else now_ms
+        keys = _Keys(partition)
+        with self._lock(partition):
+            try:
+                self._reclaim_expired(partition, keys, now, limit)
+                claimed = [
+                    _text(d)
+                    for d in self._claim(
+                        keys=[keys.ready],
+                        args=[now, limit, self.max_in_flight, self.max_pages, keys.hash_prefix, HEADER_SIZE],
+                    )
+                ]
+                if not claimed:
+                    return []
+                return self._dispatch(partition, keys, claimed, now)
+            except redis.RedisError as exc:
+                raise RedisUnavailable(f"due() on scheduler partition {partition} failed ({exc})") from exc
+
+    def _dispatch(self, partition: int, keys: _Keys, claimed: list[str], now: int) -> list[FetchTicket]:
+        # Steps, do not reorder:
+        # 1. read each claimed domain's next record (the claim makes us its only reader);
+        # 2. atomically (one Lua call per domain): advance the offset, count the page, space
+        #    the next start, record the ticket and its lease, before anything is handed out,
+        #    so a crash after this point re-dispatches the URL when its lease expires and
+        #    never loses it;
+        # 3. compact files whose consumed prefix is large (after 2: the compacted file must
+        #    start after the dispatched record, and a crash between the rename and the Redis
+        #    update is repaired by FrontierFiles.reconcile; before 4: nobody else may read
+        #    the file meanwhile);
+        # 4. release the claims, putting each domain back in the ready queue if it may fetch.
+        #    Domains not being compacted do 2 and 4 in the same Lua call.
+        rows = self._hmget_all(keys, claimed, ("gen", "off", "size", "next"))
+        tickets: list[FetchTicket] = []
+        pipe = self.redis.pipeline(transaction=False)
+        to_compact: list[tuple[str, FileState]] = []
+        for domain, row in zip(claimed, rows, strict=True):
+            state = self._reconciled(partition, domain, row, keys)
+            entry, offset = self._next_record(partition, domain, state)  # 1.
+            consumed = offset - HEADER_SIZE
+            compact = consumed >= self.compact_min_bytes and consumed * 2 > state.size - HEADER_SIZE
+            if compact:
+                to_compact.append((domain, FileState(state.generation, offset, state.size)))
+            field: bytes | str = ""
+            record: bytes | str = ""
+            deadline = now + self.lease_ms
+            if entry is not None:
+                field = f"{domain}\n{entry.url}".encode("utf-8", "surrogatepass")
+                record = encode_record(entry)
+                tickets.append(FetchTicket(partition, entry, now, deadline))
+            next_at = max(_int(row[3]), now + self.min_delay_ms)
+            self._dispatch_script(  # 2. (and 4. unless compacting)
+                keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases],
+                args=[*self._requeue_args(domain, now, release=not compact), offset, next_at, field, record, deadline],
+                client=pipe,
+            )
+        pipe.execute()
+        if to_compact:
+            release = self.redis.pipeline(transaction=False)
+            for domain, state in to_compact:
+                new = self.files.compact(partition, domain, state)  # 3.
+                release.hset(keys.domain(domain), mapping={"gen": new.generation, "off": new.offset, "size": new.size})
+                self._requeue(  # 4.
+                    keys=[keys.ready, keys.domain(domain)],
+                    args=self._requeue_args(domain, now, release=True),
+                    client=release,
+                )
+                self.stats["compactions"] += 1
+            release.execute()
+        self.stats["dispatched"] += len(tickets)
+        return tickets
+
+    def _next_record(self, partition: int, domain: str, state: FileState) -> tuple[FrontierEntry | None, int]:
+        """The first record at or after ``state.offset`` within ``max_depth`` and the offset after it."""
+        offset = state.offset
+        while offset < state.size:
+            try:
+                got = self.files.read(partition, domain, FileState(state.generation, offset, state.size), limit=8)
+            except ChecksumMismatch as exc:
+                self.stats["damaged_files"] += 1
+                logger.error("frontier %s (partition %d): %s; skipping its unread records", domain, partition, exc)
+                return None, state.size
+            for entry, end in got:
+                offset = end
+                if entry.depth <= self.max_depth:
+                    return entry, offset
+                self.stats["skipped_depth"] += 1
+        return None, offset
+
+    def complete(self, partition: int, domain: str, url: str, outcome: FetchOutcome) -> list[FrontierEntry]:
+        """Release the slot of the ticket for ``url``, set the domain's next fetch time, and
+        re-append the URL (attempt + 1) if the outcome is retryable and retries are left.
+
+        Returns the re-appended entries. A completion for an unknown ticket (already completed,
+        or reclaimed after its lease) changes nothing and returns [].
+        """
+        return self.complete_many(partition, [(domain, url, outcome)])
+
+    def complete_many(self, partition: int, results: Sequence[tuple[str, str, FetchOutcome]]) -> list[FrontierEntry]:
+        """``complete`` for a batch of ``(domain, url, outcome)`` in two Redis round trips."""
+        if not results:
+            return []
+        now = self.now_ms()
+        keys = _Keys(partition)
+        with self._lock(partition):
+            try:
+                read = self.redis.pipeline(transaction=False)
+                fields = [f"{d}\n{u}".encode("utf-8", "surrogatepass") for d, u, _ in results]
+                read.hmget(keys.inflight, *fields)
+                domains = list(dict.fromkeys(d for d, _, _ in results))
+                for d in domains:
+                    read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
+                raws, *rows = read.execute()
+                # Domain rows are updated in place as the batch goes, so two results of one
+                # domain compose (the second sees the first's back-off and file size).
+                row_of = {d: list(row) for d, row in zip(domains, rows, strict=True)}
+                pipe = self.redis.pipeline(transaction=False)
+                retries: list[FrontierEntry] = []
+                done: set[bytes] = set()
+                for (domain, url, outcome), field, raw in zip(results, fields, raws, strict=True):
+                    if raw is None or field in done:
+                        self.stats["stale_completions"] += 1
+                        logger.debug("scheduler: completion for %s in %s has no ticket; ignored", url, domain)
+                        continue
+                    done.add(field)
+                    retry = self._complete_one(partition, keys, domain, field, raw, row_of[domain], outcome, now, pipe)
+                    if retry is not None:
+                        retries.append(retry)
+                pipe.execute()
+            except redis.RedisError as exc:
+                raise RedisUnavailable(f"complete() on scheduler partition {partition} failed ({exc})") from exc
+        return retries
+
+    def _complete_one(
+        self,
+        partition: int,
+        keys: _Keys,
+        domain: str,
+        field: bytes,
+        raw: bytes,
+        row: list[Any],
+        outcome: FetchOutcome,
+        now: int,
+        pipe: Any,
+    ) -> FrontierEntry | None:
+        entry = decode_records(raw, domain)[0][0][0]
+        next_at, backoff_level, crawl_delay_ms = self._next_fetch(now, row, outcome)
+        row[3], row[4], row[5] = next_at, crawl_delay_ms, backoff_level
+        retry = None
+        new_size: int | str = ""
+        if outcome.retryable and entry.attempt < self.max_retries:
+            retry = replace(entry, attempt=entry.attempt + 1)
+            state = self._reconciled(partition, domain, row, keys)
+            new = self.files.append(partition, domain, [retry], state)
+            row[0], row[1], row[2] = new.generation, new.offset, new.size
+            new_size = new.size  # the retry spends the same page of the budget: refunded
+            self.stats["retried"] += 1
+        elif outcome.retryable:
+            self.stats["gave_up"] += 1
+        self._complete_script(
+            keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases],
+            args=[
+                *self._requeue_args(domain, now),
+                field,
+                next_at,
+                backoff_level,
+                crawl_delay_ms,
+                int(outcome.elapsed_ms),
+                new_size,
+            ],
+            client=pipe,
+        )
+        self.stats["completed"] += 1
+        return retry
+
+    def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int]:
+        """(next fetch at ms, back-off level, Crawl-delay ms) after ``outcome``. Pure arithmetic."""
+        crawl_delay_ms = int(outcome.crawl_delay_s * 1000) if outcome.crawl_delay_s is not None else _int(row[4])
+        delay_ms = max(self.min_delay_ms, crawl_delay_ms, int(self.response_time_factor * outcome.elapsed_ms))
+        level = _int(row[5])
+        if outcome.backs_off:
+            level = min(level + 1, _MAX_BACKOFF_LEVEL)
+            delay_ms = max(delay_ms, min(self.max_backoff_ms, max(delay_ms, 1000) * 2**level))
+        else:
+            level = 0
+        if outcome.retry_after_s is not None and outcome.retry_after_s > 0:
+            delay_ms = max(delay_ms, min(self.max_backoff_ms, int(outcome.retry_after_s * 1000)))
+        return max(_int(row[3]), now + delay_ms), level, crawl_delay_ms
+
+    def _reclaim_expired(self, partition: int, keys: _Keys, now: int, limit: int) -> None:
+        """Tickets whose lease ran out were lost on the way (a crash before produce): time them out."""
+        expired = self.redis.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
+        for field in expired:
+            domain, url = _text(field).split("\n", 1)
+            self.stats["leases_expired"] += 1
+            logger.warning("scheduler: ticket for %s (%s) expired; treating it as a timeout", url, domain)
+            self.complete(partition, domain, url, FetchOutcome(status=0, error="lease_expired"))
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def domain_state(self, partition: int, domain: str) -> DomainState:
+        """The stored state of ``domain`` (print it: ``str(state)`` reads like Scrapy's Slot)."""
+        row = self.redis.hmget(
+            _Keys(partition).domain(domain),
+            "infl",
+            "next",
+            "cdel",
+            "rtt",
+            "bo",
+            "pages",
+            "gen",
+            "off",
+            "size",
+            "rd",
+        )
+        return DomainState(
+            domain=domain,
+            partition=partition,
+            in_flight=_int(row[0]),
+            max_in_flight=self.max_in_flight,
+            next_fetch_at_ms=_int(row[1]),
+            now_ms=self.now_ms(),
+            crawl_delay_ms=_int(row[2]),
+            last_response_ms=_int(row[3]),
+            backoff_level=_int(row[4]),
+            pages=_int(row[5]),
+            max_pages=self.max_pages,
+            generation=_int(row[6]),
+            offset=_int(row[7], HEADER_SIZE),
+            size=_int(row[8], HEADER_SIZE),
+            reading=row[9] is not None,
+        )
+
+    def pending(self, partition: int) -> tuple[int, int]:
+        """(domains in the ready queue, tickets in flight): (0, 0) means the partition is drained."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(_Keys(partition).ready)
+        pipe.hlen(_Keys(partition).inflight)
+        ready, in_flight = pipe.execute()
+        return int(ready), int(in_flight)
+
+    def next_due_ms(self, partition: int) -> int | None:
+        """When the earliest ready domain becomes due (for the service's sleep), or None."""
+        first = self.redis.zrange(_Keys(partition).ready, 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _lock(self, partition: int) -> threading.RLock:
+        with self._locks_guard:
+            lock = self._locks.get(partition)
+            if lock is None:
+                lock = self._locks[partition] = threading.RLock()
+            return lock
+
+    def _requeue_args(self, domain: str, now: int, release: bool = False) -> list[Any]:
+        return [domain, now, self.max_in_flight, self.max_pages, "1" if release else "0", HEADER_SIZE]
+
+    def _hmget_all(self, keys: _Keys, domains: list[str], fields: tuple[str, ...]) -> list[list[Any]]:
+        pipe = self.redis.pipeline(transaction=False)
+        for d in domains:
+            pipe.hmget(keys.domain(d), *fields)
+        return pipe.execute()
+
+    def _reconciled(self, partition: int, domain: str, row: list[Any], keys: _Keys) -> FileState:
+        """The file state from ``row`` (gen, off, size first); on first touch in this process,
+        checked against the file (torn tail, unfinished compaction) and corrected in Redis."""
+        state = FileState(_int(row[0]), _int(row[1], HEADER_SIZE), _int(row[2], HEADER_SIZE))
+        verified = self._verified.setdefault(partition, set())
+        if domain in verified:
+            return state
+        fixed = self.files.reconcile(partition, domain, state)
+        verified.add(domain)
+        if fixed != state:
+            logger.warning(
+                "frontier %s (partition %d): Redis said %s, file says %s; corrected",
+                domain,
+                partition,
+                state,
+                fixed,
+            )
+            self.redis.hset(
+                keys.domain(domain),
+                mapping={"gen": fixed.generation, "off": fixed.offset, "size": fixed.size},
+            )
+        return fixed
+
+    def _warn_once(self, topic: str, message: str, *args: Any) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            logger.warning(message, *args)

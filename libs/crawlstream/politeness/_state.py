@@ -1,0 +1,92 @@
+"""Value types of the scheduler: fetch outcomes, tickets and the printable per-domain state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crawlstream.frontier import HEADER_SIZE, FrontierEntry
+
+__all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "DomainState", "FetchOutcome", "FetchTicket"]
+
+BACKOFF_STATUSES = frozenset({429, 503})
+BACKOFF_ERRORS = frozenset({"timeout", "lease_expired"})
+_RETRY_ERRORS = frozenset({"timeout", "connect", "lease_expired"})
+
+
+@dataclass(frozen=True)
+class FetchOutcome:
+    """What the fetcher reports back for one ticket.
+
+    ``status`` is the HTTP status (0 when no response arrived; then ``error`` says why:
+    ``timeout``, ``connect``, ``dns``, ``robots`` ...). ``retry_after_s`` is the parsed
+    Retry-After header; ``crawl_delay_s`` the host's robots.txt Crawl-delay, if any.
+    """
+
+    status: int
+    elapsed_ms: float = 0.0
+    retry_after_s: float | None = None
+    crawl_delay_s: float | None = None
+    error: str | None = None
+
+    @property
+    def backs_off(self) -> bool:
+        """429, 503 and timeouts tell us the server is struggling: slow down exponentially."""
+        return self.status in BACKOFF_STATUSES or self.error in BACKOFF_ERRORS
+
+    @property
+    def retryable(self) -> bool:
+        """Worth another attempt later: 429, any 5xx, a timeout or a refused connection."""
+        return self.status == 429 or 500 <= self.status <= 599 or self.error in _RETRY_ERRORS
+
+
+@dataclass(frozen=True)
+class FetchTicket:
+    """One URL handed to the fetcher; its slot is held until ``Scheduler.complete``."""
+
+    partition: int
+    entry: FrontierEntry
+    dispatched_at_ms: int
+    lease_deadline_ms: int
+
+    @property
+    def domain(self) -> str:
+        return self.entry.domain
+
+    @property
+    def url(self) -> str:
+        return self.entry.url
+
+
+@dataclass(frozen=True)
+class DomainState:
+    """A domain's scheduling state as stored in Redis (Scrapy's downloader ``Slot``, printable)."""
+
+    domain: str
+    partition: int
+    in_flight: int
+    max_in_flight: int
+    next_fetch_at_ms: int
+    now_ms: int
+    crawl_delay_ms: int
+    last_response_ms: int
+    backoff_level: int
+    pages: int
+    max_pages: int
+    generation: int
+    offset: int
+    size: int
+    reading: bool
+
+    @property
+    def unread_bytes(self) -> int:
+        return max(0, self.size - max(self.offset, HEADER_SIZE))
+
+    def __str__(self) -> str:
+        wait_s = max(0, self.next_fetch_at_ms - self.now_ms) / 1000
+        return (
+            f"<DomainState {self.domain} p={self.partition} in_flight={self.in_flight}/{self.max_in_flight} "
+            f"next_in={wait_s:.3f}s crawl_delay={self.crawl_delay_ms / 1000:g}s "
+            f"last_response={self.last_response_ms}ms backoff={self.backoff_level} "
+            f"pages={self.pages}/{self.max_pages} unread={self.unread_bytes}B gen={self.generation}"
+            f"{' reading' if self.reading else ''}>"
+        )
