@@ -1,0 +1,54 @@
+"""The content store: every page kept small and readable alone.
+
+Append-only segments of independently decompressible zstd frames (metadata in skippable
+frames, IIPC warc-zstd style), per-domain and global trained dictionaries, tiers
+hot/warm/cold/archive with crash-safe recompression, an index url_key -> location with
+tombstones and tags, checksums verified on every read and damaged regions quarantined.
+See docs/decisions/002-content-store-layout.md for the layout and its measurements.
+"""
+
+from crawlstream.store._codec import (
+    KIND_BODY,
+    KIND_REF,
+    SKIPPABLE_MAGIC,
+    RecordHeader,
+    ScanItem,
+    TornRecord,
+    content_hash,
+    decode_log_records,
+    decode_record_header,
+    encode_log_record,
+    encode_record,
+    scan_records,
+)
+from crawlstream.store._dicts import GLOBAL_DOMAIN, DictInfo, DictionaryStore
+from crawlstream.store._model import TIERS, Entry, Location, Problem
+from crawlstream.store._store import ContentStore, RecompressReport, StoreStats, VerifyReport
+from crawlstream.store._warc import export_warc
+
+__all__ = [
+    "GLOBAL_DOMAIN",
+    "KIND_BODY",
+    "KIND_REF",
+    "SKIPPABLE_MAGIC",
+    "TIERS",
+    "ContentStore",
+    "DictInfo",
+    "DictionaryStore",
+    "Entry",
+    "Location",
+    "Problem",
+    "RecompressReport",
+    "RecordHeader",
+    "ScanItem",
+    "StoreStats",
+    "TornRecord",
+    "VerifyReport",
+    "content_hash",
+    "decode_log_records",
+    "decode_record_header",
+    "encode_log_record",
+    "encode_record",
+    "export_warc",
+    "scan_records",
+]

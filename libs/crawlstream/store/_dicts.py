@@ -1,0 +1,134 @@
+"""Zstd dictionaries of the store: trained per domain (or one global), versioned by id.
+
+Each dictionary is its own file ``dicts/<id>.zdict.zst`` (the dictionary bytes, themselves
+zstd-compressed: a 256 KB dictionary costs ~58 KB on disk), listed in ``dicts/dicts.log``
+(CRC-framed). A dictionary file is made durable before any frame uses it. The zstd frame
+header of every record compressed with it carries the id, so ``zstd -D`` can read it too.
+Loaded lazily and cached.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard as zstd
+
+from crawlstream.errors import ChecksumMismatch
+from crawlstream.store._codec import decode_log_records, encode_log_record
+from crawlstream.store._files import AppendFile, write_durably
+
+__all__ = ["FIRST_DICT_ID", "GLOBAL_DOMAIN", "DictInfo", "DictionaryStore"]
+
+logger = logging.getLogger(__name__)
+
+GLOBAL_DOMAIN = "*"
+# Ids below 32768 are reserved by the zstd format for registered dictionaries.
+FIRST_DICT_ID = 32768
+
+
+@dataclass(frozen=True)
+class DictInfo:
+    dict_id: int
+    domain: str  # a registered domain, or "*" for the global dictionary
+    size_bytes: int
+    samples: int
+    created_ms: int
+
+
+class DictionaryStore:
+    def __init__(self, directory: Path, *, fsync: bool = True) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._infos: dict[int, DictInfo] = {}
+        self._by_domain: dict[str, int] = {}
+        log_path = directory / "dicts.log"
+        if log_path.exists():
+            records, valid_end, _ = decode_log_records(log_path.read_bytes())
+            for rec in records:
+                info = DictInfo(rec["id"], rec["d"], rec["z"], rec["n"], rec["c"])
+                if (directory / f"{info.dict_id}.zdict.zst").exists():
+                    self._infos[info.dict_id] = info
+                    self._by_domain[info.domain] = info.dict_id  # later versions win
+            if valid_end < log_path.stat().st_size:
+                with open(log_path, "r+b") as fh:
+                    fh.truncate(valid_end)
+        self._log = AppendFile(log_path, fsync_each=fsync)
+        self._loaded: dict[int, zstd.ZstdCompressionDict] = {}
+        self._compressors: dict[tuple[int, int], zstd.ZstdCompressor] = {}
+        self._decompressors: dict[int, zstd.ZstdDecompressor] = {}
+
+    def infos(self) -> list[DictInfo]:
+        return sorted(self._infos.values(), key=lambda i: i.dict_id)
+
+    def for_domain(self, domain: str) -> int:
+        """The newest dictionary id for ``domain``, else the global one, else 0 (none)."""
+        return self._by_domain.get(domain) or self._by_domain.get(GLOBAL_DOMAIN, 0)
+
+    def has_own(self, domain: str) -> bool:
+        return domain in self._by_domain
+
+    def next_id(self) -> int:
+        return max(self._infos, default=FIRST_DICT_ID - 1) + 1
+
+    def add(self, domain: str, dict_bytes: bytes, *, samples: int, created_ms: int) -> int:
+        """Persist a trained dictionary (file first, then the log line) and return its id."""
+        parsed = zstd.ZstdCompressionDict(dict_bytes)
+        dict_id = parsed.dict_id()
+        if dict_id in self._infos:
+            raise ValueError(f"dictionary id {dict_id} already exists")
+        write_durably(self.directory / f"{dict_id}.zdict.zst", zstd.ZstdCompressor(level=19).compress(dict_bytes))
+        info = DictInfo(dict_id, domain, len(dict_bytes), samples, created_ms)
+        self._log.append(
+            encode_log_record({"id": dict_id, "d": domain, "z": len(dict_bytes), "n": samples, "c": created_ms})
+        )
+        self._infos[dict_id] = info
+        self._by_domain[domain] = dict_id
+        self._loaded[dict_id] = parsed
+        logger.info(
+            "zstd dictionary %d trained for %s (%d bytes, %d samples)", dict_id, domain, len(dict_bytes), samples
+        )
+        return dict_id
+
+    def _dict(self, dict_id: int) -> zstd.ZstdCompressionDict:
+        loaded = self._loaded.get(dict_id)
+        if loaded is None:
+            path = self.directory / f"{dict_id}.zdict.zst"
+            try:
+                raw = zstd.ZstdDecompressor().decompress(path.read_bytes())
+            except FileNotFoundError as exc:
+                raise ChecksumMismatch(
+                    f"dictionary {dict_id} is missing ({path}); the records using it cannot be read"
+                ) from exc
+            except zstd.ZstdError as exc:
+                raise ChecksumMismatch(f"dictionary file {path} is corrupt: {exc}") from exc
+            loaded = zstd.ZstdCompressionDict(raw)
+            self._loaded[dict_id] = loaded
+        return loaded
+
+    def compressor(self, level: int, dict_id: int) -> zstd.ZstdCompressor:
+        key = (level, dict_id)
+        comp = self._compressors.get(key)
+        if comp is None:
+            if dict_id:
+                d = self._dict(dict_id)
+                d.precompute_compress(level=level)
+                comp = zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
+            else:
+                comp = zstd.ZstdCompressor(level=level, write_checksum=False)
+            self._compressors[key] = comp
+        return comp
+
+    def decompressor(self, dict_id: int) -> zstd.ZstdDecompressor:
+        dec = self._decompressors.get(dict_id)
+        if dec is None:
+            dec = zstd.ZstdDecompressor(dict_data=self._dict(dict_id)) if dict_id else zstd.ZstdDecompressor()
+            self._decompressors[dict_id] = dec
+        return dec
+
+    def stored_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.directory.iterdir() if p.is_file())
+
+    def close(self) -> None:
+        self._log.close()

@@ -1,0 +1,55 @@
+"""Child process for the crash tests: writes to a store until SIGKILLed.
+
+``append ROOT SIDE``: put pages forever; after each put returns, append its URL to SIDE.
+``recompress ROOT SIDE N``: put N old pages (acknowledging each), write "RECOMPRESS" to SIDE,
+then recompress them into the cold tier (and again into archive), over and over.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from crawlstream.store import ContentStore
+
+
+def body_for(url: str) -> bytes:
+    seed = sum(url.encode()) % 97
+    return (
+        f"<html><title>{url}</title><body>".encode()
+        + bytes(range(seed, seed + 90)) * 40
+        + url.encode() * 30
+        + b"</body></html>"
+    )
+
+
+def main() -> None:
+    mode, root, side = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    store = ContentStore(root, segment_bytes=256 * 1024, dict_min_samples=8, global_dict_min_samples=16)
+    if mode == "append":
+        i = 0
+        while True:
+            url = f"https://site{i % 7}.example.com/page/{i}"
+            store.put(url, body_for(url), fetched_at_ms=i)
+            os.write(fd, (url + "\n").encode())  # acknowledged: put() returned
+            i += 1
+    count = int(sys.argv[4])
+    for i in range(count):
+        url = f"https://site{i % 5}.example.com/page/{i}"
+        store.put(url, body_for(url), fetched_at_ms=i)
+        os.write(fd, (url + "\n").encode())
+    os.write(fd, b"RECOMPRESS\n")
+    while True:
+        store.recompress(older_than_s=0, tier="cold", now_ms=10**12)
+        store.recompress(older_than_s=0, tier="archive", now_ms=10**12)
+        for i in range(count, count + 20):  # new hot records so the next round has work
+            url = f"https://site{i % 5}.example.com/page/{i}"
+            store.put(url, body_for(url), fetched_at_ms=i)
+            os.write(fd, (url + "\n").encode())
+        count += 20
+
+
+if __name__ == "__main__":
+    main()
