@@ -18,7 +18,7 @@ $(STAMP): requirements.lock pyproject.toml setup.py
 	  $(PYTHON) -m pip install --user -q virtualenv && $(PYTHON) -m virtualenv $(VENV); }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.lock
-	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,0 +1,269 @@
+"""The consumer loop every service runs: decode, handle, flush, then commit.
+
+Modelled on confluent-kafka's ``examples/cooperative_consumer.py``. One iteration::
+
+    1. consume up to ``batch_size`` messages (short timeout, so ``stop`` is noticed)
+    2. decode each; an EventDecodeError, or a BadDataError raised by the handler for that
+       message, dead-letters the original bytes to ``<topic>.dlq`` and the loop goes on
+    3. ``handler.end_batch()`` (every iteration, even an empty one: timed work goes here)
+    4. flush the handler's producers and the DLQ producer (durable before the commit)
+    5. commit the offsets after the batch
+
+The order is the at-least-once guarantee: moving 5 before 2-4 loses messages on a crash.
+Anything that is not bad data (TransientError, bugs) propagates out of ``run``: nothing of
+the batch is committed, the process exits non-zero, and the batch replays on restart.
+Signals belong to the entry point: it calls ``stop()`` from its handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+
+from crawlstream.bus import Consumer, Message, Producer, TopicPartition
+from crawlstream.errors import BadDataError
+from crawlstream.events import TOPIC_EVENTS, EventCodec, dead_letter
+
+__all__ = ["EventHandler", "Flushable", "LoopMetrics", "ServiceLoop"]
+
+logger = logging.getLogger(__name__)
+
+
+class Flushable(Protocol):
+    def flush(self, timeout_s: float = 30.0) -> None: ...
+
+
+class EventHandler:
+    """What a service plugs into the loop. Override ``handle``; the rest are optional hooks.
+
+    Partition hooks run inside ``consume`` between batches, after the previous batch was
+    committed: ``on_assign`` before the first message of a newly owned partition,
+    ``on_revoke`` when a partition is handed over cleanly (flush its state to durable
+    storage before returning), ``on_lost`` when it was taken away already (drop its state;
+    do not write on its behalf: another member owns it now).
+    """
+
+    def handle(self, event: Any, message: Message) -> None:
+        """Process one decoded event. Raise BadDataError to dead-letter this message."""
+        raise NotImplementedError
+
+    def end_batch(self) -> None:
+        """After each poll (even an empty one), before producers are flushed and offsets committed."""
+
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        """Partitions newly owned by this member."""
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        """Partitions handed over cleanly: persist their state now."""
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        """Partitions already owned by someone else: drop their state, write nothing."""
+
+
+class LoopMetrics:
+    """Counters of one registry, shared by every loop of a process (labelled by service).
+
+    Use ``LoopMetrics.of(registry)``: a collector name can be registered only once per
+    registry, and in embedded mode several services share one process.
+    """
+
+    _by_registry: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, LoopMetrics]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.processed = Counter(
+            "crawlstream_events_processed",
+            "Events handled (decoded and processed) by a service loop",
+            ["service", "topic"],
+            registry=registry,
+        )
+        self.dead_lettered = Counter(
+            "crawlstream_events_dead_lettered",
+            "Messages sent to <topic>.dlq by a service loop",
+            ["service", "topic", "error_type"],
+            registry=registry,
+        )
+        self.batches = Counter(
+            "crawlstream_loop_batches", "Batches committed by a service loop", ["service"], registry=registry
+        )
+
+    @classmethod
+    def of(cls, registry: CollectorRegistry) -> LoopMetrics:
+        metrics = cls._by_registry.get(registry)
+        if metrics is None:
+            metrics = cls._by_registry[registry] = cls(registry)
+        return metrics
+
+
+class ServiceLoop:
+    """Runs ``handler`` over ``topics`` with at-least-once delivery.
+
+    ``producers`` are flushed after each batch (pass every producer the handler writes
+    to); ``dlq_producer`` receives dead letters. ``registry`` holds the loop's counters (a
+    private one when None; libraries never touch the global registry).
+    """
+
+    def __init__(
+        self,
+        *,
+        service: str,
+        consumer: Consumer,
+        topics: Sequence[str],
+        codec: EventCodec,
+        handler: EventHandler,
+        dlq_producer: Producer,
+        producers: Sequence[Flushable] = (),
+        batch_size: int = 500,
+        poll_timeout_s: float = 1.0,
+        flush_timeout_s: float = 30.0,
+        registry: CollectorRegistry | None = None,
+        stop_event: threading.Event | None = None,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self._service = service
+        self._consumer = consumer
+        self._topics = list(topics)
+        self._codec = codec
+        self._handler = handler
+        self._dlq = dlq_producer
+        self._flushables: list[Flushable] = [*producers, dlq_producer]
+        self._batch_size = batch_size
+        self._poll_timeout_s = poll_timeout_s
+        self._flush_timeout_s = flush_timeout_s
+        self._stop = stop_event or threading.Event()
+        self._clock_ms = clock_ms
+        self._metrics = LoopMetrics.of(registry if registry is not None else CollectorRegistry())
+        self._processed = {t: self._metrics.processed.labels(service, t) for t in self._topics}
+        self._warned: set[tuple[str, str]] = set()
+        self._subscribed = False
+
+    @property
+    def metrics(self) -> LoopMetrics:
+        return self._metrics
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the current batch (safe from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def subscribe(self) -> None:
+        """Join the consumer group (``run`` does it on first use)."""
+        self._consumer.subscribe(
+            self._topics,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._subscribed = True
+
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
+        logger.info("%s: assigned %s", self._service, _describe(partitions))
+        self._handler.on_assign(partitions)
+
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
+        # Every handled message was committed at the end of its batch, so only the
+        # handler's own state needs saving here.
+        logger.info("%s: revoked %s", self._service, _describe(partitions))
+        self._handler.on_revoke(partitions)
+
+    def _on_lost(self, partitions: list[TopicPartition]) -> None:
+        # The group already gave these to another member: committing would be rejected
+        # and writing on their behalf would race the new owner.
+        logger.warning("%s: lost %s", self._service, _describe(partitions))
+        self._handler.on_lost(partitions)
+
+    def run(self) -> None:
+        """Process batches until ``stop()``; exceptions other than bad data propagate."""
+        if not self._subscribed:
+            self.subscribe()
+        logger.info("%s: consuming %s", self._service, ", ".join(self._topics))
+        while not self._stop.is_set():
+            self.run_once()
+        logger.info("%s: stopped", self._service)
+
+    def run_once(self) -> int:
+        """One poll-handle-flush-commit iteration; returns the number of messages consumed."""
+        if not self._subscribed:
+            self.subscribe()
+        try:
+            messages = self._consumer.consume(self._batch_size, self._poll_timeout_s)
+        except BadDataError as exc:
+            # The bus found a corrupt record (the embedded log's CRC check) and has already
+            # moved past it: there are no bytes to dead-letter, so count it and go on.
+            self._metrics.dead_lettered.labels(self._service, "*", type(exc).__name__).inc()
+            logger.error("%s: the bus skipped a corrupt record: %s", self._service, exc)
+            return 0
+        next_offsets: dict[TopicPartition, int] = {}
+        for message in messages:
+            self._process(message)
+            next_offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
+        self._handler.end_batch()
+        for flushable in self._flushables:
+            flushable.flush(self._flush_timeout_s)
+        if next_offsets:
+            self._consumer.commit(next_offsets)
+            self._metrics.batches.labels(self._service).inc()
+        return len(messages)
+
+    def _process(self, message: Message) -> None:
+        try:
+            event = self._codec.decode(message.value, TOPIC_EVENTS.get(message.topic))
+            self._handler.handle(event, message)
+        except BadDataError as exc:
+            self._dead_letter(message, exc)
+            return
+        counter = self._processed.get(message.topic)
+        if counter is None:
+            counter = self._processed[message.topic] = self._metrics.processed.labels(self._service, message.topic)
+        counter.inc()
+
+    def _dead_letter(self, message: Message, error: BadDataError) -> None:
+        error_type = type(error).__name__
+        self._metrics.dead_lettered.labels(self._service, message.topic, error_type).inc()
+        if (message.topic, error_type) not in self._warned:
+            self._warned.add((message.topic, error_type))
+            logger.warning(
+                "%s: dead-lettering %s[%d]@%d (%s: %s); further %s on this topic are logged at DEBUG",
+                self._service,
+                message.topic,
+                message.partition,
+                message.offset,
+                error_type,
+                error,
+                error_type,
+            )
+        else:
+            logger.debug(
+                "%s: dead-lettering %s[%d]@%d (%s: %s)",
+                self._service,
+                message.topic,
+                message.partition,
+                message.offset,
+                error_type,
+                error,
+            )
+        if self._clock_ms is None:
+            dead_letter(self._dlq, message, error)
+        else:
+            dead_letter(self._dlq, message, error, clock_ms=self._clock_ms)
+
+    def close(self) -> None:
+        """Leave the group (commits nothing: every handled batch is already committed)."""
+        self._consumer.close()
+
+    def __enter__(self) -> ServiceLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _describe(partitions: list[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "nothing"
