@@ -1,0 +1,632 @@
+"""The Kafka backend of the bus, on confluent-kafka (librdkafka).
+
+Owns the translation between ``crawlstream.bus`` and confluent-kafka: configuration
+(idempotent zstd producer, manual commits, cooperative-sticky assignment), rebalance
+callbacks, and error mapping. Every ``KafkaException`` stops here and leaves as
+``BusUnavailable`` with the cause kept. It does not decode values and does not handle
+signals: graceful shutdown (flush, commit, close) is the service loop's job.
+
+Tested against librdkafka's mock cluster (``crawlstream.bus.testing.MockKafkaCluster``),
+which speaks the Kafka protocol but rejects CreateTopics: there topics are auto-created,
+with 4 partitions, on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from crawlstream.bus._base import Bus, Consumer, Message, PartitionsCallback, Producer, TopicPartition
+from crawlstream.errors import BusUnavailable, ConfigError
+
+__all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer"]
+
+logger = logging.getLogger(__name__)
+# librdkafka's own log lines (connection failures, rebalances) go through Python logging here.
+_librdkafka_logger = logging.getLogger("crawlstream.bus.librdkafka")
+
+# librdkafka's mock cluster names itself so; it has no controller, so CreateTopics times out.
+_MOCK_CLUSTER_ID_PREFIX = "mockCluster"
+# Offsets meaning "no committed offset" (librdkafka OFFSET_INVALID) and logical positions.
+_OFFSET_INVALID = confluent_kafka.OFFSET_INVALID
+_OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
+_OFFSET_END = confluent_kafka.OFFSET_END
+
+_COOPERATIVE = "cooperative-sticky"
+_METADATA_TIMEOUT_S = 10.0
+_QUEUE_FULL_TIMEOUT_S = 60.0
+
+
+def _tp(tp: confluent_kafka.TopicPartition) -> TopicPartition:
+    return TopicPartition(str(tp.topic), int(tp.partition))
+
+
+class _WarnOnce:
+    """Warn once per error code, count always: one dead broker must not flood the logs."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, err: KafkaError, context: str) -> None:
+        name = err.name()
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if self.counts[name] == 1:
+            logger.warning("kafka %s: %s (further %s errors counted, not logged)", context, err.str(), name)
+
+
+def _kafka_message(msg: confluent_kafka.Message) -> Message:
+    ts_type, ts_ms = msg.timestamp()
+    key, value = msg.key(), msg.value()
+    return Message(
+        topic=str(msg.topic()),
+        partition=int(msg.partition() or 0),
+        offset=int(msg.offset() or 0),
+        key=key.encode() if isinstance(key, str) else key,
+        value=(value.encode() if isinstance(value, str) else value) or b"",
+        headers=_headers(msg.headers()),
+        timestamp_ms=ts_ms if ts_type != confluent_kafka.TIMESTAMP_NOT_AVAILABLE else 0,
+    )
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    """librdkafka gives a list of (name, bytes | None) pairs, or None without headers."""
+    if not raw:
+        return ()
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple(
+        (str(name), value.encode() if isinstance(value, str) else value or b"") for name, value in pairs
+    )
+
+
+class KafkaProducer(Producer):
+    """An idempotent producer: retries never duplicate or reorder within a partition.
+
+    Delivery reports are collected by a callback; ``flush`` raises ``BusUnavailable`` if
+    any message since the previous ``flush`` failed, or if the flush timed out, so a caller
+    that flushes before committing never commits past an event it failed to emit.
+    """
+
+    def __init__(self, config: Mapping[str, Any], bus: KafkaBus | None = None) -> None:
+        self._producer = confluent_kafka.Producer(dict(config))
+        self._bus = bus
+        self._failures: list[tuple[str, int, KafkaError]] = []
+        self._partition_counts: dict[str, int] = {}
+        self._warn = _WarnOnce()
+        self._closed = False
+
+    def _on_delivery(self, err: KafkaError | None, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            self._failures.append((str(msg.topic()), int(msg.partition() or -1), err))
+            self._warn(err, f"delivery to {msg.topic()!r} partition {msg.partition()}")
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        partition: int,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        timestamp_ms: int | None = None,
+    ) -> None:
+        deadline = 0.0
+        while True:
+            try:
+                self._producer.produce(
+                    topic,
+                    value,
+                    key,
+                    partition=partition,
+                    on_delivery=self._on_delivery,
+                    timestamp=timestamp_ms or 0,
+                    headers=list(headers) if headers else None,
+                )
+                break
+            except BufferError:
+                # The local queue is full (queue.buffering.max.*): serve delivery reports
+                # so it drains, then retry; bounded so a dead cluster cannot hang us.
+                now = time.monotonic()
+                deadline = deadline or now + _QUEUE_FULL_TIMEOUT_S
+                if now > deadline:
+                    raise BusUnavailable(
+                        f"produce to {topic!r}: the local queue stayed full for "
+                        f"{_QUEUE_FULL_TIMEOUT_S:.0f}s; the Kafka cluster is not acknowledging "
+                        "messages; check the brokers"
+                    ) from None
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise BusUnavailable(f"produce to {topic!r} partition {partition} failed: {exc}") from exc
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        try:
+            remaining = self._producer.flush(timeout_s)
+        except KafkaException as exc:
+            raise BusUnavailable(f"flush failed: {exc}") from exc
+        failures, self._failures = self._failures, []
+        if failures:
+            topic, partition, err = failures[0]
+            raise BusUnavailable(
+                f"{len(failures)} message(s) were not delivered (first: {topic!r} partition {partition}: "
+                f"{err.str()}); do not commit the input that produced them"
+            ) from KafkaException(err)
+        if remaining:
+            raise BusUnavailable(
+                f"{remaining} message(s) not acknowledged within {timeout_s}s; the Kafka cluster is "
+                "unreachable or slow; do not commit the input that produced them"
+            )
+
+    def partition_count(self, topic: str) -> int:
+        cached = self._partition_counts.get(topic)
+        if cached is not None:
+            return cached
+        if self._bus is not None:
+            self._bus._ensure_topic(topic)
+        count = _partitions_in_metadata(self._producer, topic, auto_create=True)
+        self._partition_counts[topic] = count
+        return count
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Flush (bounded by ``timeout_s``) and release. Safe to call twice.
+
+        If the flush fails, the undelivered messages are dropped and ``BusUnavailable``
+        is raised: the caller must not commit what produced them.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush(timeout_s)
+        except BusUnavailable:
+            self._producer.purge()
+            self._producer.poll(0)
+            self._failures.clear()
+            raise
+
+
+def _partitions_in_metadata(client: Any, topic: str, *, auto_create: bool) -> int:
+    """Partition count of ``topic`` from cluster metadata.
+
+    With ``auto_create`` the metadata request names the topic, which makes a broker with
+    auto-creation (the mock cluster, dev clusters) create it; the first answers may then
+    say "leader not available" while it does, so retry briefly.
+    """
+    deadline = time.monotonic() + _METADATA_TIMEOUT_S
+    last_error: KafkaError | None = None
+    while True:
+        try:
+            if auto_create:
+                metadata = client.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+            else:
+                metadata = client.list_topics(timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise BusUnavailable(f"metadata for topic {topic!r} unavailable: {exc}") from exc
+        found = metadata.topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if found is None and not auto_create:
+            raise BusUnavailable(f"topic {topic!r} does not exist; create it first (Bus.create_topics)")
+        last_error = found.error if found is not None else None
+        if time.monotonic() > deadline:
+            raise BusUnavailable(
+                f"topic {topic!r} has no usable metadata after {_METADATA_TIMEOUT_S:.0f}s "
+                f"(last error: {last_error}); create it or enable auto-creation on the brokers"
+            )
+        time.sleep(0.1)
+
+
+class KafkaConsumer(Consumer):
+    """One member of a consumer group with manual commits of explicitly tracked offsets.
+
+    Offsets are tracked here (the position after each message returned), not stored in
+    librdkafka, so ``commit()`` commits exactly what the caller has seen and nothing it has
+    not. Assignment is cooperative-sticky: a rebalance only moves the partitions that must
+    move, so ``on_assign``/``on_revoke`` receive the *increment*, never the full set, and
+    members keep processing their other partitions meanwhile.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = dict(config)
+        self._cooperative = self._config.get("partition.assignment.strategy") == _COOPERATIVE
+        self._consumer = confluent_kafka.Consumer(self._config)
+        self._positions: dict[TopicPartition, int] = {}
+        self._assigning: set[TopicPartition] | None = None
+        self._pending_seeks: dict[TopicPartition, int] = {}
+        self._skip_before_ms: dict[TopicPartition, int] = {}
+        self._mock_cluster: bool | None = None
+        self._on_assign: PartitionsCallback | None = None
+        self._on_revoke: PartitionsCallback | None = None
+        self._on_lost: PartitionsCallback | None = None
+        self._warn = _WarnOnce()
+        self._closed = False
+
+    # -- group membership -------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        *,
+        on_assign: PartitionsCallback | None = None,
+        on_revoke: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
+    ) -> None:
+        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        try:
+            self._consumer.subscribe(
+                list(topics),
+                on_assign=self._handle_assign,
+                on_revoke=self._handle_revoke,
+                on_lost=self._handle_lost,
+            )
+        except KafkaException as exc:
+            raise BusUnavailable(f"subscribe to {list(topics)} failed: {exc}") from exc
+
+    def _handle_assign(self, _consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        added = [_tp(tp) for tp in partitions]
+        logger.info("assigned %s (group %s)", added, self._config.get("group.id"))
+        # 1. Let the caller learn its new partitions; it may seek() them from here. They are
+        #    not assigned in librdkafka yet, so seeks are remembered, not sent.
+        self._assigning = set(added)
+        try:
+            if self._on_assign is not None and not self._closed:
+                self._on_assign(added)
+        finally:
+            self._assigning = None
+        # 2. Assign, with the remembered seeks as start offsets (librdkafka rejects a seek
+        #    on a partition it is not fetching yet; assign-with-offset is the supported way).
+        start = [
+            confluent_kafka.TopicPartition(
+                tp.topic, tp.partition, self._pending_seeks.pop(tp, _OFFSET_INVALID)
+            )
+            for tp in added
+        ]
+        try:
+            if self._cooperative:
+                self._consumer.incremental_assign(start)
+            else:
+                self._consumer.assign(start)
+        except KafkaException as exc:
+            raise BusUnavailable(f"assigning {added} failed: {exc}") from exc
+
+    def _handle_revoke(self, _consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        revoked = [_tp(tp) for tp in partitions]
+        logger.info("revoked %s (group %s)", revoked, self._config.get("group.id"))
+        try:
+            # Still owned while the callback runs: the caller flushes and commits here.
+            if self._on_revoke is not None and not self._closed:
+                self._on_revoke(revoked)
+        finally:
+            self._forget(revoked)
+
+    def _handle_lost(self, _consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        lost = [_tp(tp) for tp in partitions]
+        logger.warning(
+            "lost %s (group %s): session expired, another member owns them",
+            lost,
+            self._config.get("group.id"),
+        )
+        try:
+            if self._on_lost is not None and not self._closed:
+                self._on_lost(lost)
+        finally:
+            self._forget(lost)
+
+    def _forget(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._positions.pop(tp, None)
+            self._pending_seeks.pop(tp, None)
+            self._skip_before_ms.pop(tp, None)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _accept(self, msg: confluent_kafka.Message) -> Message | None:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return None
+            if err.fatal():
+                raise BusUnavailable(f"consumer failed fatally: {err.str()}") from KafkaException(err)
+            self._warn(err, f"consume ({msg.topic()!r} partition {msg.partition()})")
+            return None
+        message = _kafka_message(msg)
+        tp = message.topic_partition
+        self._positions[tp] = message.offset + 1
+        skip_before_ms = self._skip_before_ms.get(tp)
+        if skip_before_ms is not None:
+            if message.timestamp_ms < skip_before_ms:
+                return None
+            del self._skip_before_ms[tp]
+        return message
+
+    def poll(self, timeout_s: float) -> Message | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                msg = self._consumer.poll(max(0.0, deadline - time.monotonic()))
+            except KafkaException as exc:
+                raise BusUnavailable(f"poll failed: {exc}") from exc
+            if msg is None:
+                return None
+            message = self._accept(msg)
+            if message is not None or time.monotonic() >= deadline:
+                return message
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        try:
+            raw = self._consumer.consume(num_messages=max_messages, timeout=timeout_s)
+        except KafkaException as exc:
+            raise BusUnavailable(f"consume failed: {exc}") from exc
+        out = []
+        for msg in raw:
+            message = self._accept(msg)
+            if message is not None:
+                out.append(message)
+        return out
+
+    # -- offsets ----------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        if offsets is None:
+            owned = set(self.assignment())
+            offsets = {tp: pos for tp, pos in self._positions.items() if tp in owned}
+        if not offsets:
+            return
+        request = [confluent_kafka.TopicPartition(tp.topic, tp.partition, pos) for tp, pos in offsets.items()]
+        try:
+            result = self._consumer.commit(offsets=request, asynchronous=False)
+        except KafkaException as exc:
+            raise BusUnavailable(f"commit of {dict(offsets)} failed: {exc}") from exc
+        failed = [tp for tp in result or [] if tp.error is not None]
+        if failed:
+            raise BusUnavailable(f"commit failed for {[(_tp(tp), tp.error) for tp in failed]}")
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        request = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        if not request:
+            return {}
+        try:
+            result = self._consumer.committed(request, timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading committed offsets failed: {exc}") from exc
+        return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
+
+    def assignment(self) -> list[TopicPartition]:
+        try:
+            return [_tp(tp) for tp in self._consumer.assignment()]
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the assignment failed: {exc}") from exc
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._seek({partition: offset})
+
+    def _seek(self, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            # A seek discards what was read past it: commit(None) must not commit that.
+            self._positions.pop(tp, None)
+            self._skip_before_ms.pop(tp, None)
+            if self._assigning is not None and tp in self._assigning:
+                self._pending_seeks[tp] = offset
+                continue
+            try:
+                self._consumer.seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
+            except KafkaException as exc:
+                raise BusUnavailable(f"seek {tp} to {offset} failed (is it assigned?): {exc}") from exc
+
+    def _owned(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
+        owned = self.assignment() + sorted(self._assigning or ())
+        if partitions is None:
+            return owned
+        return list(partitions)
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek({tp: _OFFSET_BEGINNING for tp in self._owned(partitions)})
+
+    def seek_to_timestamp(
+        self, timestamp_ms: int, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
+        targets = self._owned(partitions)
+        if not targets:
+            return
+        request = [confluent_kafka.TopicPartition(tp.topic, tp.partition, timestamp_ms) for tp in targets]
+        try:
+            found = self._consumer.offsets_for_times(request, timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise BusUnavailable(f"offsets for timestamp {timestamp_ms} failed: {exc}") from exc
+        if self._is_mock_cluster():
+            # The mock cluster answers ListOffsets-by-time with -1 (the end) whatever the
+            # data: read from the beginning and skip messages older than the timestamp,
+            # which yields exactly what Kafka's lookup would (the first offset at or after).
+            self._seek({tp: _OFFSET_BEGINNING for tp in targets})
+            self._skip_before_ms.update((tp, timestamp_ms) for tp in targets)
+            return
+        # No message at or after the timestamp: Kafka answers -1 (the end).
+        self._seek({_tp(tp): (tp.offset if tp.offset >= 0 else _OFFSET_END) for tp in found})
+
+    def _is_mock_cluster(self) -> bool:
+        if self._mock_cluster is None:
+            try:
+                cluster_id = self._consumer.list_topics(timeout=_METADATA_TIMEOUT_S).cluster_id
+            except KafkaException as exc:
+                raise BusUnavailable(f"cluster metadata unavailable: {exc}") from exc
+            self._mock_cluster = str(cluster_id or "").startswith(_MOCK_CLUSTER_ID_PREFIX)
+        return self._mock_cluster
+
+    def close(self) -> None:
+        """Leave the group without committing and without calling on_revoke/on_lost.
+
+        Callbacks are skipped so an ``on_revoke`` that commits cannot commit past a message
+        whose processing failed when close() runs from a ``finally``. Safe to call twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("closing the Kafka consumer failed: %s", exc)
+
+
+class KafkaBus(Bus):
+    """The bus on a Kafka cluster.
+
+    ``linger_ms`` trades latency for batching (fewer, larger, better-compressed requests).
+    ``extra_config`` is passed to every librdkafka client last, so it can override anything
+    (security settings, ``session.timeout.ms``...). ``default_partitions``, when set, is used
+    by ``Producer.partition_count`` to create a topic that does not exist yet; otherwise the
+    brokers' auto-creation decides.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "crawlstream",
+        linger_ms: int = 20,
+        extra_config: Mapping[str, str] | None = None,
+        default_partitions: int | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._common: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            "client.id": client_id,
+            "logger": _librdkafka_logger,
+        }
+        self._linger_ms = linger_ms
+        self._extra = dict(extra_config or {})
+        self._default_partitions = default_partitions
+        self._admin: AdminClient | None = None
+        self._known_topics: set[str] = set()
+        self._create_warned = False
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> KafkaBus:
+        if not settings.kafka_bootstrap_servers:
+            raise ConfigError(
+                "KafkaBus.from_settings: expected KAFKA_BOOTSTRAP_SERVERS to be set, found it unset"
+            )
+        return cls(
+            settings.kafka_bootstrap_servers,
+            linger_ms=settings.bus.linger_ms,
+            extra_config=_parse_extra(getattr(settings.bus, "kafka_extra_config", "")),
+            default_partitions=settings.bus.partitions,
+        )
+
+    def producer_config(self) -> dict[str, Any]:
+        """The effective producer configuration (inspectable for tests and start-up logs)."""
+        return {
+            **self._common,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": "zstd",
+            "linger.ms": self._linger_ms,
+            "batch.size": 1_000_000,
+            **self._extra,
+        }
+
+    def consumer_config(self, group_id: str) -> dict[str, Any]:
+        """The effective consumer configuration of a member of ``group_id``."""
+        return {
+            **self._common,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            # Cooperative-sticky: a member joining or leaving moves only the partitions that
+            # must move; the others keep their per-partition state and keep flowing.
+            "partition.assignment.strategy": _COOPERATIVE,
+            "enable.partition.eof": False,
+            **self._extra,
+        }
+
+    def producer(self) -> KafkaProducer:
+        return KafkaProducer(self.producer_config(), self)
+
+    def consumer(self, group_id: str) -> KafkaConsumer:
+        return KafkaConsumer(self.consumer_config(group_id))
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient({**self._common, **self._extra})
+        return self._admin
+
+    def _ensure_topic(self, topic: str) -> None:
+        if topic in self._known_topics or self._default_partitions is None:
+            return
+        self.create_topics([topic], self._default_partitions)
+
+    def create_topics(self, topics: Iterable[str], partitions: int) -> None:
+        """Create missing topics. On a cluster that rejects CreateTopics (librdkafka's mock
+        cluster) it warns once and leaves creation to auto-creation on first use."""
+        wanted = [t for t in topics if t not in self._known_topics]
+        if not wanted:
+            return
+        admin = self._admin_client()
+        try:
+            metadata = admin.list_topics(timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            raise BusUnavailable(f"cluster metadata unavailable at {self.bootstrap_servers}: {exc}") from exc
+        missing = [t for t in wanted if t not in metadata.topics]
+        self._known_topics.update(t for t in wanted if t in metadata.topics)
+        if not missing:
+            return
+        if str(metadata.cluster_id or "").startswith(_MOCK_CLUSTER_ID_PREFIX):
+            self._warn_auto_create(missing, "librdkafka's mock cluster does not support CreateTopics")
+            return
+        futures = admin.create_topics(
+            [NewTopic(t, num_partitions=partitions) for t in missing], request_timeout=_METADATA_TIMEOUT_S
+        )
+        for topic, future in futures.items():
+            try:
+                future.result(_METADATA_TIMEOUT_S + 5)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    pass
+                elif isinstance(err, KafkaError) and err.code() in (
+                    KafkaError._TIMED_OUT,
+                    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    KafkaError.UNSUPPORTED_VERSION,
+                ):
+                    self._warn_auto_create([topic], f"CreateTopics failed ({err.str()})")
+                    continue
+                else:
+                    raise BusUnavailable(
+                        f"creating topic {topic!r} with {partitions} partitions failed: {exc}"
+                    ) from exc
+            self._known_topics.add(topic)
+        logger.info("created topics %s with %d partitions", missing, partitions)
+
+    def _warn_auto_create(self, topics: list[str], reason: str) -> None:
+        if not self._create_warned:
+            self._create_warned = True
+            logger.warning(
+                "%s; topics %s will be auto-created by the brokers on first use "
+                "(their partition count is the brokers' default)",
+                reason,
+                topics,
+            )
+
+    def partition_count(self, topic: str) -> int:
+        return _partitions_in_metadata(self._admin_client(), topic, auto_create=False)
+
+    def close(self) -> None:
+        # AdminClient has no close(); dropping the reference releases it.
+        self._admin = None
+
+
+def _parse_extra(text: str) -> dict[str, str]:
+    """``"k=v,k2=v2"`` -> dict (the form of CRAWLSTREAM_BUS_KAFKA_EXTRA_CONFIG)."""
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"CRAWLSTREAM_BUS_KAFKA_EXTRA_CONFIG: expected key=value items, found {item!r}")
+        out[key.strip()] = value.strip()
+    return out
