@@ -1,1 +1,1 @@
-
+"""The deduper service: urls.discovered -> urls.frontier, never-seen URLs only."""

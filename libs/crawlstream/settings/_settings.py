@@ -144,10 +144,16 @@ class StoreSettings:
     cold_level: int = setting(19, "zstd level when records move to the cold tier (with dictionaries)", check=positive)
     archive_level: int = setting(22, "zstd level when records move to the archive tier", check=positive)
     dict_size_bytes: int = setting(
-        256 * 1024, "upper bound of a per-domain dictionary (smaller domains get total/32)", check=positive
+        1024 * 1024,
+        "upper bound of a per-domain dictionary (a domain gets sample bytes / dict_sample_divisor below it); "
+        "larger: smaller frames of big domains, more dictionary bytes and memory",
+        check=positive,
     )
     global_dict_size_bytes: int = setting(
-        512 * 1024, "upper bound of the global dictionary used by domains without their own", check=positive
+        4 * 1024 * 1024, "upper bound of the global dictionary used by domains without their own", check=positive
+    )
+    dict_sample_divisor: int = setting(
+        8, "a trained dictionary is sized sample bytes / this (then bounded by the size settings)", check=positive
     )
     global_dict_min_samples: int = setting(32, "bodies needed before the global dictionary is trained", check=positive)
     large_body_bytes: int = setting(
@@ -184,6 +190,17 @@ class LakeSettings:
         "values fragment big domains across files until `crawlstream index compact`)",
         check=positive,
     )
+    sink_flush_rows: int = setting(
+        200_000,
+        "parquet-sink: staged rows that trigger publishing lake files (memory bound of the sink)",
+        check=positive,
+    )
+    sink_flush_interval_s: float = setting(
+        60.0,
+        "parquet-sink: oldest staged row age that triggers publishing lake files (freshness vs "
+        "file count: each flush writes one file per (dataset, domain prefix) it touched)",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,14 @@ class IndexSettings:
     )
     row_groups_cached: int = setting(
         64, "decoded Parquet row groups a reader keeps in its LRU cache", check=positive
+    )
+    build_interval_s: float = setting(
+        30.0, "index-compactor: seconds between incremental builds (new lake files become visible)", check=positive
+    )
+    compact_min_files: int = setting(
+        8,
+        "index-compactor: a lake partition with this many live files is merged (un-fragments postings)",
+        check=lambda v: None if v >= 2 else "an integer >= 2",
     )
 
 
@@ -214,12 +239,14 @@ class ApiSettings:
     )
     executor_threads: int = setting(
         4,
-        "threads running index reads off the event loop (0 = run them on the loop; "
-        "see docs/decisions/ for the measurement)",
+        "threads running Parquet-reading requests (URL pages, URL lookups) off the event loop; "
+        "0 = everything on the loop (measurements: crawlstream/api/_app.py docstring, bench/bench_api.py)",
         check=non_negative,
     )
     request_timeout_s: float = setting(
-        10.0, "a request whose index work takes longer gets a 503 (seed: timeouts per step)", check=positive
+        10.0,
+        "a page or URL lookup whose index work takes longer gets a 503 (seed §9: timeouts per step)",
+        check=positive,
     )
 
 
@@ -231,6 +258,18 @@ class CrawlSettings:
     max_pages: int = setting(0, "stop after this many pages (0 = no limit)", flag="--max-pages", check=non_negative)
     allowed_domains: tuple[str, ...] = setting(
         (), "registered domains the crawl may enter (comma list; empty = every domain)"
+    )
+    progress_interval_s: float = setting(
+        5.0, "seconds between progress log lines when stderr is not a terminal", check=positive
+    )
+    check_interval_s: float = setting(
+        0.5, "seconds between the run's checks for drain, max pages and failed services", check=positive
+    )
+    drain_checks: int = setting(
+        2,
+        "consecutive checks that must find every topic consumed and the scheduler idle before "
+        "--exit-when-done ends the crawl",
+        check=positive,
     )
 
 

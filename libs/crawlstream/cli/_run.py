@@ -1,0 +1,244 @@
+"""``crawlstream run``: the whole crawl in one process, on the embedded bus and Redis.
+
+Seeds go to ``urls.discovered`` (every run: they pass through dedupe, so re-seeding a resumed
+crawl adds nothing), then each crawl service runs on its own thread over one ``Host``, plus
+a stats consumer that counts ``fetch.results`` for the progress line and the summary.
+Ctrl-C / SIGTERM stop the loops after their batch (they commit and close); running again
+with the same data dir resumes. With ``--exit-when-done`` the run ends once the crawl is
+drained (see ``crawlstream.crawl._drain``) or ``--max-pages`` is reached. The one-line JSON
+summary goes to stdout, progress and logs to stderr.
+
+A service plugs in by name: its package ``crawlstream.services.<name>`` has a ``main``
+module with ``build(host) -> service`` (``run``/``stop``/``close``), ``GROUP`` (its consumer
+group) and ``TOPICS`` (what it consumes; the drain check waits for the group to consume them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from crawlstream.crawl import (
+    STATS_GROUP,
+    CrawlRunner,
+    CrawlSummary,
+    LagProbe,
+    ProgressReporter,
+    ServiceSpec,
+    StatsHandler,
+    read_seeds,
+    seed_events,
+)
+from crawlstream.errors import ConfigError
+from crawlstream.politeness import Scheduler
+from crawlstream.runtime import ServiceLoop
+from crawlstream.services import package_for
+from crawlstream.services._host import Host, open_host
+from crawlstream.settings import Settings
+from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED, URLS_FRONTIER
+
+__all__ = ["CRAWL_SERVICES", "DEFAULT_SERVICES", "register", "run", "run_crawl"]
+
+logger = logging.getLogger(__name__)
+
+# The crawl loop proper: `run` refuses to start without any of them.
+CRAWL_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
+# Run by default when this build has them (content store and lake).
+DEFAULT_SERVICES = (*CRAWL_SERVICES, "bucket-compressor", "parquet-sink")
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "run",
+        parents=[common],
+        help="crawl in one process (embedded bus and Redis in --data-dir); resumes when run again",
+    )
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE_OR_URL",
+        help="seed URLs, or files of one URL per line (repeatable; optional when resuming)",
+    )
+    p.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="exit when the crawl is drained or --max-pages is reached (default: run until Ctrl-C)",
+    )
+    p.add_argument(
+        "--services",
+        default=",".join(DEFAULT_SERVICES),
+        help="comma list of services to run (default: %(default)s; those missing from this build are skipped, "
+        "except the crawl loop's four)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    seeds = read_seeds(args.seeds)
+    names = [n.strip() for n in args.services.split(",") if n.strip()]
+    with open_host(settings) as host:
+
+        def on_signal(signum: int, frame: Any) -> None:
+            logger.info("%s: stopping after the current batches", signal.Signals(signum).name)
+            host.stop_event.set()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        summary = run_crawl(host, seeds, services=names, exit_when_done=args.exit_when_done)
+    sys.stdout.write(summary.to_line() + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def run_crawl(
+    host: Host,
+    seeds: Sequence[str],
+    *,
+    services: Sequence[str] = DEFAULT_SERVICES,
+    exit_when_done: bool = False,
+    resolve_map: Mapping[str, tuple[str, int]] | None = None,
+    progress_stream: TextIO | None = None,
+    is_tty: bool | None = None,
+) -> CrawlSummary:
+    """Seed, run ``services`` on ``host`` until drained/max pages/``host.stop_event``; summarize.
+
+    ``resolve_map`` overrides the fetcher's DNS (tests; the CLI uses ``fetch.resolve_map_file``).
+    Signals are the caller's business: set ``host.stop_event`` to stop.
+    """
+    settings = host.settings
+    specs = _service_specs(host, services, resolve_map)
+    _seed(host, seeds)
+    end_offsets = getattr(host.bus, "end_offsets", None)
+    if end_offsets is None:
+        if exit_when_done:
+            raise ConfigError(
+                "--exit-when-done needs the embedded bus (it reads log end offsets to detect a drained "
+                "crawl); unset KAFKA_BOOTSTRAP_SERVERS or run without --exit-when-done"
+            )
+        end_offsets = _no_offsets
+
+    stats_consumer = host.bus.consumer(STATS_GROUP)
+    stats_handler = StatsHandler(settings.data_dir / "crawl" / "stats.json", stats_consumer)
+    stats_loop = ServiceLoop(
+        service="run-stats",
+        consumer=stats_consumer,
+        topics=[FETCH_RESULTS],
+        codec=host.codec,
+        handler=stats_handler,
+        dlq_producer=host.bus.producer(),
+        poll_timeout_s=settings.bus.poll_timeout_s,
+        registry=host.registry,
+        stop_event=host.stop_event,
+    )
+    stats_service = _StatsService(stats_loop, stats_handler)
+    specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,)))
+
+    groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
+    probe = LagProbe({g: host.bus.consumer(g) for g in groups}, groups, end_offsets)
+    reader = Scheduler.from_settings(settings, host.redis)
+    partitions = host.bus.partition_count(URLS_FRONTIER)
+
+    def scheduler_pending() -> tuple[int, int]:
+        waiting = in_flight = 0
+        for p in range(partitions):
+            w, f = reader.pending(p)
+            waiting += w
+            in_flight += f
+        return waiting, in_flight
+
+    runner = CrawlRunner(
+        specs,
+        stop_event=host.stop_event,
+        stats=stats_handler.snapshot,
+        probe=probe,
+        scheduler_pending=scheduler_pending,
+        reporter=ProgressReporter(
+            progress_stream if progress_stream is not None else sys.stderr,
+            is_tty=is_tty,
+            log_interval_s=settings.crawl.progress_interval_s,
+        ),
+        exit_when_done=exit_when_done,
+        max_pages=settings.crawl.max_pages,
+        check_interval_s=settings.crawl.check_interval_s,
+        drain_checks=settings.crawl.drain_checks,
+    )
+    try:
+        return runner.run()
+    finally:
+        probe.close()
+
+
+class _StatsService:
+    def __init__(self, loop: ServiceLoop, handler: StatsHandler) -> None:
+        self.loop = loop
+        self.handler = handler
+
+    def run(self) -> None:
+        self.loop.run()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        self.handler.save()
+        self.loop.close()
+
+
+def _no_offsets(topic: str) -> list[int]:
+    return []
+
+
+def _service_specs(
+    host: Host, names: Sequence[str], resolve_map: Mapping[str, tuple[str, int]] | None
+) -> list[ServiceSpec]:
+    missing = [n for n in CRAWL_SERVICES if n not in names]
+    if missing:
+        raise ConfigError(f"--services must include the crawl loop {CRAWL_SERVICES}; missing {missing}")
+    specs: list[ServiceSpec] = []
+    for name in dict.fromkeys(names):
+        try:
+            module = importlib.import_module(package_for(name) + ".main")
+        except ModuleNotFoundError as exc:
+            if name in CRAWL_SERVICES or not (exc.name or "").startswith(package_for(name)):
+                raise
+            logger.info("service %s is not in this build: not run", name)
+            continue
+        kwargs: dict[str, Any] = {}
+        if name == "fetcher" and resolve_map is not None:
+            kwargs["resolve_map"] = dict(resolve_map)
+        specs.append(
+            ServiceSpec(
+                name,
+                _builder(module, host, kwargs),
+                getattr(module, "GROUP", None),
+                tuple(getattr(module, "TOPICS", ())),
+            )
+        )
+    return specs
+
+
+def _builder(module: Any, host: Host, kwargs: dict[str, Any]) -> Any:
+    return lambda: module.build(host, **kwargs)
+
+
+def _seed(host: Host, seeds: Sequence[str]) -> None:
+    if seeds:
+        out = host.event_producer()
+        for event in seed_events(seeds, int(time.time() * 1000), host.settings.crawl.dataset_id):
+            out.send(URLS_DISCOVERED, event)
+        out.producer.flush()
+        logger.info("seeded %d URLs", len(seeds))
+        return
+    end_offsets = getattr(host.bus, "end_offsets", None)
+    if end_offsets is not None and not any(end_offsets(URLS_DISCOVERED)):
+        raise ConfigError(
+            f"no seeds and nothing to resume in {host.settings.data_dir}: give --seeds URL or --seeds FILE"
+        )

