@@ -1,0 +1,249 @@
+"""Content routes of the query API: read, delete and search pages in the :class:`ContentStore`.
+
+Contract:
+
+* ``GET /v1/content?url=`` answers the stored body byte for byte with its stored content type
+  and ``X-Content-Hash`` (xxh3-128, hex), ``X-Url-Key``, ``X-Fetched-At`` (ISO 8601 UTC). Pages
+  are third-party HTML served from the API's origin, so every body carries
+  ``Content-Security-Policy: sandbox`` and ``X-Content-Type-Options: nosniff``: a browser
+  never runs a stored page's scripts with the API's origin.
+* A record whose checksums fail is never served: the store quarantines it and the answer is a
+  **502** ``damaged_record`` (the server's own storage failed, not the client's input, and a
+  retry will not help until the URL is re-fetched). Counted always, logged once per url_key.
+* ``DELETE /v1/content?url=`` tombstones the URL (204; effective for the next request) or 404.
+* ``GET /v1/content/search`` reads the store's index only (never a body); at least one of
+  ``domain``, ``path_prefix``, ``tag``; pages in URL order with the API's ``limit`` cap.
+* The store is not versioned like the index: these answers carry no ``index_version``.
+* ACL (with a tokens file): the store does not know which dataset a page belongs to, so the
+  content routes need a token that sees every dataset (``"*"``); a dataset-limited token gets
+  a 403 whatever the URL (existence does not leak). ``DELETE`` also needs ``"delete": true``.
+  Without a tokens file everything, deletion included, is open (services/query_api/README.md).
+* No store configured: every content route is a 503 ``store_unavailable``.
+* Logs carry url_keys and token fingerprints, never URLs or tokens (seed §8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+
+from crawlstream.api._inputs import ApiError, format_ts, parse_page, parse_url, query_param, reduce_to_domain
+from crawlstream.errors import ChecksumMismatch, TransientError
+from crawlstream.urls import CanonicalUrl
+
+if TYPE_CHECKING:
+    from crawlstream.api._acl import Grant
+    from crawlstream.api._app import QueryApi
+    from crawlstream.store import ContentStore, Entry
+
+__all__ = ["CONTENT_HASH_HEADER", "FETCHED_AT_HEADER", "URL_KEY_HEADER", "ContentApi", "add_content_routes"]
+
+logger = logging.getLogger(__name__)
+
+CONTENT_HASH_HEADER = "X-Content-Hash"
+URL_KEY_HEADER = "X-Url-Key"
+FETCHED_AT_HEADER = "X-Fetched-At"
+MAX_PATH_PREFIX_CHARS = 2048
+MAX_TAG_CHARS = 256
+_FALLBACK_TYPE = "application/octet-stream"
+# A stored content type is echoed only if it is a plain `type/subtype[; params]` of visible
+# ASCII: anything else (CR/LF, non-ASCII) could split or corrupt the response headers.
+_CONTENT_TYPE_OK = re.compile(r"[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(;[\x20-\x7e]*)?")
+_LOGGED_DAMAGE_MAX = 10_000  # url_keys remembered for log-once (bounded memory)
+
+T = TypeVar("T")
+
+
+def _content_type(stored: str | None) -> str:
+    if stored and len(stored) <= 256 and _CONTENT_TYPE_OK.fullmatch(stored.strip()):
+        return stored.strip()
+    return _FALLBACK_TYPE
+
+
+def _item(entry: Entry) -> dict[str, Any]:
+    return {
+        "url": entry.url,
+        "url_key": entry.url_key,
+        "content_type": entry.content_type,
+        "title": entry.title,
+        "size": entry.raw_size,
+        "fetched_at": format_ts(entry.fetched_at_ms),
+        "tags": sorted(entry.tags),
+    }
+
+
+def _text_filter(query: object, name: str, max_chars: int) -> str | None:
+    raw = query_param(query, name)
+    if raw is None or raw == "":
+        return None
+    if len(raw) > max_chars or any(ord(c) < 0x20 or c == "\x7f" for c in raw):
+        raise ApiError(
+            400, f"invalid_{name}", f"expected {name} of at most {max_chars} printable characters, found {len(raw)}"
+        )
+    return raw
+
+
+class ContentApi:
+    """The content handlers; plumbing (grant, executor, timeout, caps) is the ``QueryApi``'s."""
+
+    def __init__(self, api: QueryApi, store: ContentStore | None, registry: CollectorRegistry) -> None:
+        self.api = api
+        self.store = store
+        self._logged_damage: set[int] = set()
+        self.damaged_reads = Counter(
+            "crawlstream_api_damaged_records",
+            "content reads refused because the stored record failed its checksums (quarantined)",
+            registry=registry,
+        )
+        self.deletes = Counter("crawlstream_api_content_deletes", "URLs deleted through the API", registry=registry)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _ready(self, request: web.Request, *, deleting: bool = False) -> tuple[ContentStore, Grant]:
+        """Authorize (401/403) and return the store (503 when none is configured)."""
+        grant = self.api._grant(request)
+        if grant.datasets is not None:
+            raise ApiError(
+                403,
+                "forbidden",
+                "content is not partitioned by dataset: it needs a token granted every dataset ('*')",
+            )
+        if deleting and not grant.delete:
+            raise ApiError(403, "forbidden", "deleting content needs a token granted 'delete': true")
+        if self.store is None:
+            raise ApiError(
+                503, "store_unavailable", "content store not configured: no <data_dir>/store when the API started"
+            )
+        return self.store, grant
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        """Run store work on the API's pool (bodies are read from disk and decompressed)."""
+        api = self.api
+        try:
+            if api.executor is None:
+                return fn()
+            loop = asyncio.get_running_loop()
+            return await asyncio.wait_for(loop.run_in_executor(api.executor, fn), api.request_timeout_s)
+        except TimeoutError:
+            api.metrics.timeouts.inc()
+            raise ApiError(
+                503, "timeout", f"the content store did not answer within {api.request_timeout_s} s; retry later"
+            ) from None
+        except TransientError as exc:
+            raise ApiError(503, "store_unavailable", f"the content store cannot be read: {exc}") from None
+
+    def _damaged(self, url_key: int) -> ApiError:
+        self.damaged_reads.inc()
+        if url_key not in self._logged_damage and len(self._logged_damage) < _LOGGED_DAMAGE_MAX:
+            self._logged_damage.add(url_key)
+            logger.error("stored record of url_key %d is damaged and quarantined; not served", url_key)
+        return ApiError(
+            502,
+            "damaged_record",
+            "the stored record is damaged and quarantined, so it is not served; re-fetch the URL to store it again",
+        )
+
+    @staticmethod
+    def _not_stored(canon: CanonicalUrl) -> ApiError:
+        return ApiError(404, "not_stored", f"no content is stored for {canon.url!r}")
+
+    # -- handlers --------------------------------------------------------------------------
+
+    async def read(self, request: web.Request) -> web.Response:
+        store, _ = self._ready(request)
+        canon = parse_url(query_param(request.query, "url"))
+
+        def work() -> tuple[Entry, bytes | None] | None:
+            """(entry, body), (entry, None) when the record is damaged, None when not stored."""
+            entry = store.entry(canon.url)
+            if entry is None:
+                return None
+            try:
+                return entry, store.get_by_key(entry.url_key, entry.url)
+            except KeyError:  # deleted between the lookup and the read
+                return None
+            except ChecksumMismatch:  # the store has quarantined it (and logged the region)
+                return entry, None
+
+        found = await self._call(work)
+        if found is None:
+            raise self._not_stored(canon)
+        if found[1] is None:
+            raise self._damaged(found[0].url_key)
+        entry, body = found[0], found[1]
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = _content_type(entry.content_type)
+        resp.headers[CONTENT_HASH_HEADER] = entry.content_hash.hex()
+        resp.headers[URL_KEY_HEADER] = str(entry.url_key)
+        fetched_at = format_ts(entry.fetched_at_ms)
+        if fetched_at is not None:
+            resp.headers[FETCHED_AT_HEADER] = fetched_at
+        resp.headers["Content-Security-Policy"] = "sandbox"
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        return resp
+
+    async def delete(self, request: web.Request) -> web.Response:
+        store, grant = self._ready(request, deleting=True)
+        canon = parse_url(query_param(request.query, "url"))
+
+        def work() -> int | None:
+            entry = store.entry(canon.url)
+            if entry is None or not store.delete(canon.url):
+                return None
+            return entry.url_key
+
+        url_key = await self._call(work)
+        if url_key is None:
+            raise self._not_stored(canon)
+        self.deletes.inc()
+        logger.info("deleted stored content of url_key %d (token %s)", url_key, grant.fingerprint)
+        return web.Response(status=204)
+
+    async def search(self, request: web.Request) -> web.Response:
+        store, _ = self._ready(request)
+        query = request.query
+        raw_domain = query_param(query, "domain")
+        domain = reduce_to_domain(raw_domain) if raw_domain else None
+        path_prefix = _text_filter(query, "path_prefix", MAX_PATH_PREFIX_CHARS)
+        if path_prefix is not None and not path_prefix.startswith("/"):
+            raise ApiError(
+                400, "invalid_path_prefix", f"expected path_prefix to start with '/', found {path_prefix[:80]!r}"
+            )
+        tag = _text_filter(query, "tag", MAX_TAG_CHARS)
+        if domain is None and path_prefix is None and tag is None:
+            raise ApiError(
+                400, "missing_filter", "expected at least one of domain=, path_prefix=, tag= (a full listing is not served)"
+            )
+        offset, limit = parse_page(query, default_limit=self.api.default_limit, max_limit=self.api.max_limit)
+
+        def work() -> bytes:
+            # The store sorts every match before yielding the first, so listing them all
+            # costs little more and gives the exact total.
+            matches = list(store.search(domain=domain, path_prefix=path_prefix, tag=tag))
+            total = len(matches)
+            doc = {
+                "filters": {"domain": domain, "path_prefix": path_prefix, "tag": tag},
+                "total": total,
+                "items": [_item(e) for e in matches[offset : offset + limit]],
+                "next_offset": offset + limit if offset + limit < total else None,
+            }
+            return json.dumps(doc, separators=(",", ":")).encode()
+
+        return web.Response(body=await self._call(work), content_type="application/json")
+
+
+def add_content_routes(
+    app: web.Application, api: QueryApi, store: ContentStore | None, registry: CollectorRegistry
+) -> ContentApi:
+    content = ContentApi(api, store, registry)
+    app.router.add_get("/v1/content", content.read)
+    app.router.add_delete("/v1/content", content.delete)
+    app.router.add_get("/v1/content/search", content.search)
+    return content

@@ -1,0 +1,113 @@
+"""``crawlstream demo`` (what ``make run`` runs): the whole system on the embedded default.
+
+1. start the synthetic web (``crawlstream.demoweb``) on 127.0.0.1: many registered domains
+   with robots rules, crawl delays, redirects, errors, slow, huge and binary pages;
+2. crawl it to the end with every pipeline service in this process (embedded log, private
+   Redis, content store, Parquet lake), exactly as ``crawlstream run --exit-when-done``;
+3. build the index over the lake;
+4. print the crawl summary and a few answers read back through the index;
+5. serve the query API until Ctrl-C (``--no-serve`` to stop after step 4).
+
+Running it again with the same data dir resumes (nothing is fetched twice) and re-indexes.
+The demo web lives on loopback, so this command turns ``--allow-private-networks`` on and
+maps the demo hosts to it; nothing else leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from crawlstream.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="the main job: crawl the built-in synthetic web, index it and serve the query API",
+    )
+    p.add_argument("--domains", type=int, default=40, help="registered domains in the synthetic web")
+    p.add_argument("--pages-per-domain", type=int, default=8, help="pages per domain")
+    p.add_argument("--no-serve", action="store_true", help="exit after indexing instead of serving the API")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.api import serve
+    from crawlstream.cli._run import run_crawl
+    from crawlstream.demoweb import DemoWeb
+    from crawlstream.index import IndexBuilder, IndexReader
+    from crawlstream.services._host import open_host
+    from crawlstream.urls import registered_domain_or_host
+
+    if args.domains < 1 or args.pages_per_domain < 1:
+        raise SystemExit("crawlstream demo: --domains and --pages-per-domain must be >= 1")
+    settings = dataclasses.replace(
+        settings,
+        fetch=dataclasses.replace(settings.fetch, allow_private_networks=True),
+    )
+    with DemoWeb(args.domains, pages_per_domain=args.pages_per_domain) as web:
+        logger.info("demo web: %d domains on 127.0.0.1:%d", args.domains, web.port)
+        with open_host(settings) as host:
+
+            def on_signal(signum: int, frame: Any) -> None:
+                host.stop_event.set()
+
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+            summary = run_crawl(host, web.seed_urls(), exit_when_done=True, resolve_map=web.resolve_map)
+            interrupted = host.stop_event.is_set() and summary.reason == "stopped"
+        sample_domains = sorted({registered_domain_or_host(h) for h in web.hosts})[:3]
+    sys.stdout.write(summary.to_line() + "\n")
+    if interrupted:
+        return 130
+
+    build = IndexBuilder.from_settings(settings).build()
+    sys.stdout.write(json.dumps({"index": build.to_json()}, default=str) + "\n")
+    reader = IndexReader.from_settings(settings)
+    try:
+        sys.stdout.write(json.dumps({"sample": _sample_answers(reader, settings, sample_domains)}, default=str) + "\n")
+    finally:
+        reader.close()
+    sys.stdout.flush()
+    if args.no_serve:
+        return 0
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    sys.stderr.write(
+        f"query API on {base}  (Ctrl-C to stop)\n"
+        f"  curl {base}/v1/domain/<domain>\n"
+        f"  curl '{base}/v1/domain/<domain>/datasets/{settings.crawl.dataset_id}/urls?limit=10'\n"
+        f"  curl '{base}/v1/url?url=<url>'   curl {base}/openapi.json\n"
+    )
+    return serve(settings)
+
+
+def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict[str, Any]:
+    """A few answers of the two main queries, read back through the freshly built index."""
+    with reader.pin() as index:
+        out: dict[str, Any] = {"index_version": index.version, "domains": index.domain_count()}
+        answers = []
+        for domain in domains:
+            datasets = index.datasets_for_domain(domain)
+            if not datasets:
+                answers.append({"domain": domain, "datasets": []})
+                continue
+            page = index.urls(domain, settings.crawl.dataset_id, 0, 3)
+            answers.append(
+                {
+                    "domain": domain,
+                    "datasets": [dataclasses.asdict(d) for d in datasets],
+                    "first_urls": [item.url for item in page.items],
+                    "total": page.total,
+                }
+            )
+        out["answers"] = answers
+    return out

@@ -1,0 +1,72 @@
+"""``crawlstream ingest FILE... --dataset-id N``: bulk-import a URL dataset into the lake.
+
+Progress (rows, rate, invalid by reason) goes to stderr; the final JSON summary to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from crawlstream.ingest import FORMATS, IngestStats, ingest_files
+from crawlstream.lake import LakeWriter
+from crawlstream.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "ingest", parents=[common], help="import URL files (text/CSV/JSONL/Parquet, gz/zst) into the lake"
+    )
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument("--dataset-id", type=int, required=True, help="dataset id the rows are recorded under")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (auto: by name, then content)")
+    p.add_argument("--url-field", default="url", help="CSV column / JSON field / Parquet column of the URL")
+    p.add_argument("--ts-field", default=None, help="optional timestamp field (epoch ms or ISO-8601)")
+    p.add_argument("--no-extras", action="store_true", help="do not keep the other fields as JSON extras")
+    p.add_argument("--no-rejects", action="store_true", help="do not write rejects/dataset_id=N/<file>.jsonl")
+    p.set_defaults(func=run)
+
+
+class _Progress:
+    """Rate-limited progress line on stderr (rewritten in place on a terminal)."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, stats: IngestStats, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self.last < self.interval_s:
+            return
+        self.last = now
+        reasons = ", ".join(f"{k}={v}" for k, v in stats.invalid.most_common(5)) or "none"
+        line = (f"ingest dataset {stats.dataset_id}: {stats.rows:,} rows, {stats.rows_per_s:,.0f} rows/s, "
+                f"invalid {sum(stats.invalid.values()):,} ({reasons})")
+        sys.stderr.write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
+        if final and self.tty:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    progress = _Progress()
+    writer = LakeWriter.from_settings(settings)
+    rejects = None if args.no_rejects else settings.data_dir / "rejects" / f"dataset_id={args.dataset_id}"
+    stats = ingest_files(
+        args.files,
+        args.dataset_id,
+        writer,
+        fmt=args.format,
+        url_field=args.url_field,
+        ts_field=args.ts_field,
+        keep_extras=not args.no_extras,
+        rejects_dir=rejects,
+        progress=progress,
+    )
+    progress(stats, final=True)
+    sys.stdout.write(json.dumps(stats.to_json(), indent=2) + "\n")
+    return 0

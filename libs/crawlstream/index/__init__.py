@@ -1,0 +1,29 @@
+"""The domain -> datasets -> URLs index: versioned sidecar files over the Parquet lake.
+
+:class:`IndexBuilder` writes versions (full, incremental, compaction, gc);
+:class:`IndexReader` serves them to the query API with a pinned version per request.
+File layouts are in ``_formats`` (pure codecs).
+"""
+
+from crawlstream.index._builder import BuildResult, GcResult, IndexBuilder
+from crawlstream.index._formats import FileEntry, Segment, decode_payload, encode_payload
+from crawlstream.index._manifest import Manifest, VersionInfo, read_manifest
+from crawlstream.index._reader import DatasetCount, IndexReader, PinnedIndex, UrlItem, UrlPage
+
+__all__ = [
+    "BuildResult",
+    "DatasetCount",
+    "FileEntry",
+    "GcResult",
+    "IndexBuilder",
+    "IndexReader",
+    "Manifest",
+    "PinnedIndex",
+    "Segment",
+    "UrlItem",
+    "UrlPage",
+    "VersionInfo",
+    "decode_payload",
+    "encode_payload",
+    "read_manifest",
+]

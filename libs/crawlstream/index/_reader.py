@@ -1,0 +1,500 @@
+"""``IndexReader``: serve domain -> datasets -> URLs from one pinned index version.
+
+Contract for callers (the query API):
+
+* ``with reader.pin() as idx:`` — everything done through ``idx`` reads one version, even
+  if ``manifest.json`` flips meanwhile; the version's files stay on disk while pinned (a
+  shared ``flock`` on its ``PIN`` file, which ``gc`` respects).
+* Files are opened by the exact paths the manifest lists; nothing is listed per request.
+  Index files are memory-mapped; Parquet footers (``ParquetFile``) and decoded row groups sit
+  in small LRU caches; a page reads only the row groups covering ``[offset, offset+limit)``,
+  found from per-segment row counts, so a deep offset costs the same as the first page.
+* Answers follow the dedupe rule: one row per (dataset_id, url); across files the row from
+  the lowest file id (earliest indexed) wins. URLs of a (domain, dataset) are ordered by URL.
+* Thread-safe.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import logging
+import mmap
+import os
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+import zstandard
+from pyroaring import BitMap
+
+from crawlstream.errors import ChecksumMismatch, StorageUnavailable
+from crawlstream.index._formats import (
+    DDX_HEADER,
+    FRAGMENTED_FILE_ID,
+    IDX_RECORD,
+    PDX_HEADER,
+    PDX_VERSION,
+    FileEntry,
+    Segment,
+    decode_files,
+    decode_payload,
+    dtdr_entry,
+    inline_segments,
+    read_framed_payload,
+)
+from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo, index_dir
+from crawlstream.lake import segment_rows
+
+__all__ = ["DatasetCount", "IndexReader", "PinnedIndex", "UrlItem", "UrlPage"]
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+ROW_COLUMNS = ["url_key", "scheme", "host", "port", "path_query", "ts"]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetCount:
+    dataset_id: int
+    url_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class UrlItem:
+    url_key: int
+    url: str
+    ts_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UrlPage:
+    total: int
+    items: list[UrlItem]
+    next_offset: int | None
+
+
+class _Lru(Generic[K, V]):
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        value = load()
+        with self._lock:
+            self._data[key] = value
+            while len(self._data) > self.capacity:
+                self._data.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+def _map(path: Path) -> mmap.mmap | None:
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+class _Version:
+    """The open files of one version; alive while the reader or a pin references it."""
+
+    def __init__(self, root: Path, info: VersionInfo) -> None:
+        self.info = info
+        self.version = info.version
+        self.refs = 0
+        self.current = True
+        files = info.files
+        self._pin_fd = os.open(root / files["pin"], os.O_RDONLY)
+        try:
+            fcntl.flock(self._pin_fd, fcntl.LOCK_SH)
+            raw = (root / files["domains"]).read_bytes()
+            self.blob = zstandard.ZstdDecompressor().decompress(raw)
+            self.didx = _map(root / files["domains_idx"])
+            self.dtdr = _map(root / files["d2d_roar"])
+            self.pidx = [_map(root / p) for p in files["postings_idx"]]
+            self.pdat = [_map(root / p) for p in files["postings_dat"]]
+            files_raw = zstandard.ZstdDecompressor().decompress((root / files["files_tsv"]).read_bytes())
+        except BaseException:
+            self.close()
+            raise
+        self.files: dict[int, FileEntry] = {f.file_id: f for f in decode_files(files_raw)}
+        self._rg_starts: dict[int, list[int]] = {}
+        for shard, buf in enumerate(self.pidx):
+            if buf is None:
+                continue
+            magic, ver, n, crc = PDX_HEADER.unpack_from(buf, 0)
+            body = memoryview(buf)[PDX_HEADER.size : PDX_HEADER.size + n * IDX_RECORD.size]
+            ok = ver == PDX_VERSION and zlib.crc32(body) == crc
+            body.release()
+            if not ok:
+                self.close()
+                raise ChecksumMismatch(
+                    f"postings shard {shard} of version {self.version} fails its CRC or version check "
+                    f"(found v{ver}); rebuild with `crawlstream index build --full`"
+                )
+        self.dataset_ids = sorted({f.dataset_id for f in self.files.values()})
+        self.shards = info.shards
+        if self.didx is None:
+            self.n_domains = 0
+        else:
+            _, _, self.n_domains, _ = DDX_HEADER.unpack_from(self.didx, 0)
+        self._init_views()
+
+    def _init_views(self) -> None:
+        n = self.n_domains
+        self._hash_off = DDX_HEADER.size
+        self._rank_off = self._hash_off + 8 * n
+        self._offs_off = self._rank_off + 4 * n
+        # C-speed binary search (bisect over a u64 view of the mmap); released in close().
+        self._hashes: memoryview | None = None
+        if self.didx is not None:
+            self._hashes = memoryview(self.didx)[self._hash_off : self._rank_off].cast("Q")
+
+    def close(self) -> None:
+        hashes = getattr(self, "_hashes", None)
+        if hashes is not None:
+            hashes.release()
+            self._hashes = None
+        for m in [getattr(self, "didx", None), getattr(self, "dtdr", None),
+                  *getattr(self, "pidx", []), *getattr(self, "pdat", [])]:
+            if m is not None:
+                m.close()
+        if self._pin_fd >= 0:
+            os.close(self._pin_fd)  # releases the shared lock
+            self._pin_fd = -1
+
+    def domain_at(self, domain_id: int) -> str:
+        assert self.didx is not None
+        a, b = struct.unpack_from("<QQ", self.didx, self._offs_off + 8 * domain_id)
+        return self.blob[a : b - 1].decode()
+
+    def domain_id(self, domain: str) -> int | None:
+        hashes = self._hashes
+        if hashes is None:
+            return None
+        h = xxhash.xxh3_64_intdigest(domain.encode())
+        lo = bisect.bisect_left(hashes, h)
+        while lo < self.n_domains and hashes[lo] == h:
+            (rank,) = struct.unpack_from("<I", self.didx, self._rank_off + 4 * lo)  # type: ignore[arg-type]
+            if self.domain_at(rank) == domain:
+                return int(rank)
+            lo += 1  # a 64-bit hash collision: the next equal hash may be ours
+        return None
+
+    def datasets_bitmap(self, domain_id: int) -> BitMap:
+        assert self.dtdr is not None
+        start, length = dtdr_entry(memoryview(self.dtdr), domain_id)
+        return BitMap.deserialize(self.dtdr[start : start + length])
+
+    def _lower_bound(self, shard: int, domain_id: int, dataset_id: int) -> tuple[int, int]:
+        buf = self.pidx[shard]
+        if buf is None:
+            return 0, 0
+        _, _, n, _ = PDX_HEADER.unpack_from(buf, 0)
+        lo, hi = 0, n
+        base, size = PDX_HEADER.size, IDX_RECORD.size
+        target = (domain_id, dataset_id)
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if struct.unpack_from("<II", buf, base + mid * size) < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo, n
+
+    def entries_for_domain(self, domain_id: int) -> list[tuple[int, int]]:
+        shard = domain_id % self.shards
+        i, n = self._lower_bound(shard, domain_id, 0)
+        buf = self.pidx[shard]
+        out = []
+        while i < n:
+            did, ds, count, _, _ = IDX_RECORD.unpack_from(buf, PDX_HEADER.size + i * IDX_RECORD.size)  # type: ignore[arg-type]
+            if did != domain_id:
+                break
+            out.append((ds, count))
+            i += 1
+        return out
+
+    def entry(self, domain_id: int, dataset_id: int) -> tuple[int, int, int] | None:
+        """(url_count, file_id or FRAGMENTED_FILE_ID, row_start or payload offset), or None."""
+        shard = domain_id % self.shards
+        i, n = self._lower_bound(shard, domain_id, dataset_id)
+        if i >= n:
+            return None
+        did, ds, count, off, ln = IDX_RECORD.unpack_from(self.pidx[shard], PDX_HEADER.size + i * IDX_RECORD.size)  # type: ignore[arg-type]
+        if (did, ds) != (domain_id, dataset_id):
+            return None
+        return count, off, ln
+
+    def segments(self, domain_id: int, count: int, file_id: int, start: int) -> tuple[bool, list[Segment]]:
+        if file_id != FRAGMENTED_FILE_ID:
+            starts = self._rg_starts.get(file_id)
+            if starts is None:
+                starts = [0]
+                for n in self.files[file_id].rg_rows:
+                    starts.append(starts[-1] + n)
+                self._rg_starts[file_id] = starts
+            return False, inline_segments(file_id, start, count, starts)
+        dat = self.pdat[domain_id % self.shards]
+        if dat is None:
+            raise ChecksumMismatch(f"postings payload missing in version {self.version}; rebuild the index")
+        return decode_payload(read_framed_payload(dat, start))
+
+
+class IndexReader:
+    """Opens the current index version under ``<root>/index`` and hands out pins."""
+
+    def __init__(self, root: Path, *, parquet_files_cached: int = 256, row_groups_cached: int = 64) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._manifest_stat: tuple[int, int, int] | None = None
+        self._current: _Version | None = None
+        self._versions: dict[str, _Version] = {}
+        self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
+        self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(row_groups_cached)
+        self._payloads: _Lru[tuple[str, int, int], tuple[bool, list[Segment], list[int]]] = _Lru(4096)
+        self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> IndexReader:
+        return cls(settings.data_dir, row_groups_cached=settings.index.row_groups_cached)
+
+    # -- versions ----------------------------------------------------------------------
+
+    def _refresh(self) -> _Version:
+        """The current version, re-reading manifest.json only when its inode/mtime changed."""
+        path = index_dir(self.root) / MANIFEST_NAME
+        for _attempt in range(3):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise StorageUnavailable(
+                    f"no index at {path}: run `crawlstream index build` first"
+                ) from None
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if key == self._manifest_stat and self._current is not None:
+                return self._current
+            manifest = Manifest.from_bytes(path.read_bytes())
+            info = manifest.current()
+            try:
+                version = self._versions.get(info.version) or _Version(self.root, info)
+            except FileNotFoundError:
+                continue  # gc removed it between our read and open: the manifest has moved on
+            self._versions[info.version] = version
+            if self._current is not None and self._current is not version:
+                self._current.current = False
+                self._maybe_close(self._current)
+            version.current = True
+            self._current = version
+            self._manifest_stat = key
+            logger.info("index reader now serves version %s", info.version)
+            return version
+        raise StorageUnavailable(f"index manifest {path} keeps naming removed versions; check the builder")
+
+    def _maybe_close(self, v: _Version) -> None:
+        if v.refs == 0 and not v.current:
+            self._versions.pop(v.version, None)
+            v.close()
+
+    def pin(self) -> PinnedIndex:
+        with self._lock:
+            v = self._refresh()
+            v.refs += 1
+        return PinnedIndex(self, v)
+
+    def _unpin(self, v: _Version) -> None:
+        with self._lock:
+            v.refs -= 1
+            self._maybe_close(v)
+
+    def close(self) -> None:
+        with self._lock:
+            for v in list(self._versions.values()):
+                v.current = False
+                if v.refs == 0:
+                    self._maybe_close(v)
+            self._current = None
+            self._manifest_stat = None
+
+    # -- lake access -------------------------------------------------------------------
+
+    def _row_group(self, rel: str, rg: int) -> pa.Table:
+        def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
+            return pq.ParquetFile(self.root / rel), threading.Lock()
+
+        def load() -> pa.Table:
+            pf, lock = self._parquet.get_or_load(rel, load_file)
+            with lock:
+                return pf.read_row_group(rg, columns=ROW_COLUMNS)
+
+        return self._row_groups.get_or_load((rel, rg), load)
+
+
+class PinnedIndex:
+    """One version of the index, fixed for the life of this object (a request)."""
+
+    def __init__(self, reader: IndexReader, version: _Version) -> None:
+        self._reader = reader
+        self._v = version
+        self._released = False
+
+    def __enter__(self) -> PinnedIndex:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._reader._unpin(self._v)
+
+    @property
+    def version(self) -> str:
+        return self._v.version
+
+    def domain_count(self) -> int:
+        return int(self._v.n_domains)
+
+    def dataset_ids(self) -> list[int]:
+        return list(self._v.dataset_ids)
+
+    def domain_id(self, domain: str) -> int | None:
+        return self._v.domain_id(domain)
+
+    def domain_at(self, domain_id: int) -> str:
+        return self._v.domain_at(domain_id)
+
+    def datasets_for_domain(self, domain: str) -> list[DatasetCount] | None:
+        """Datasets containing ``domain`` (a registered domain) with exact URL counts; None if unknown."""
+        did = self._v.domain_id(domain)
+        if did is None:
+            return None
+        members = self._v.datasets_bitmap(did)
+        counts = dict(self._v.entries_for_domain(did))
+        return [DatasetCount(ds, counts.get(ds, 0)) for ds in members]
+
+    def _key(self, domain: str, dataset_id: int) -> tuple[int, int, bool, list[Segment], list[int]] | None:
+        did = self._v.domain_id(domain)
+        if did is None:
+            return None
+        e = self._v.entry(did, dataset_id)
+        if e is None:
+            return None
+        count, file_id, start = e
+        v = self._v
+
+        def load() -> tuple[bool, list[Segment], list[int]]:
+            fragmented, segs = v.segments(did, count, file_id, start)
+            starts = [0]
+            for s in segs:
+                starts.append(starts[-1] + s.row_count)
+            return fragmented, segs, starts
+
+        fragmented, segs, starts = self._reader._payloads.get_or_load((v.version, did, dataset_id), load)
+        return did, count, fragmented, segs, starts
+
+    def _rows(self, s: Segment) -> list[tuple[int, str, int | None]]:
+        rel = self._v.files[s.file_id].path
+        return segment_rows(self._reader._row_group(rel, s.row_group), s.row_start, s.row_count)
+
+    def _merged(self, did: int, dataset_id: int, segs: list[Segment]) -> list[tuple[int, str, int | None]]:
+        def load() -> list[tuple[int, str, int | None]]:
+            rows = [r for s in segs for r in self._rows(s)]  # segs sorted by file id: stable sort
+            rows.sort(key=lambda r: r[1])  # keeps the earliest file's row first
+            out: list[tuple[int, str, int | None]] = []
+            for r in rows:
+                if not out or out[-1][1] != r[1]:
+                    out.append(r)
+            return out
+
+        return self._reader._merged.get_or_load((self._v.version, did, dataset_id), load)
+
+    def urls(self, domain: str, dataset_id: int, offset: int, limit: int) -> UrlPage | None:
+        """A page of the (domain, dataset)'s URLs in URL order; None if the pair is not indexed."""
+        if offset < 0 or limit < 0:
+            raise ValueError(f"offset and limit must be >= 0, got {offset}, {limit}")
+        key = self._key(domain, dataset_id)
+        if key is None:
+            return None
+        did, total, fragmented, segs, starts = key
+        rows: list[tuple[int, str, int | None]] = []
+        if fragmented:
+            rows = self._merged(did, dataset_id, segs)[offset : offset + limit]
+        elif limit and offset < starts[-1]:
+            i = bisect.bisect_right(starts, offset) - 1
+            skip = offset - starts[i]
+            while i < len(segs) and len(rows) < limit:
+                s = segs[i]
+                take = min(s.row_count - skip, limit - len(rows))
+                rel = self._v.files[s.file_id].path
+                rows += segment_rows(self._reader._row_group(rel, s.row_group), s.row_start + skip, take)
+                skip = 0
+                i += 1
+        end = offset + len(rows)
+        items = [UrlItem(k, u, t) for k, u, t in rows]
+        return UrlPage(total, items, end if end < total and rows else None)
+
+    def lookup_url(self, url: str) -> list[int]:
+        """Dataset ids holding the canonical form of ``url`` (InvalidUrl if it has none)."""
+        from crawlstream.urls import canonicalize, url_key
+
+        canon = canonicalize(url)
+        key = url_key(canon)
+        did = self._v.domain_id(canon.domain)
+        if did is None:
+            return []
+        found = []
+        for ds in self._v.datasets_bitmap(did):
+            k = self._key(canon.domain, ds)
+            if k is None:
+                continue
+            _, _, fragmented, segs, _ = k
+            candidates = segs if fragmented else self._candidate_segments(segs, canon.url)
+            if any(self._segment_has(s, key, canon.url) for s in candidates):
+                found.append(ds)
+        return found
+
+    def _first_url(self, s: Segment) -> str:
+        return self._rows(Segment(s.file_id, s.row_group, s.row_start, 1))[0][1]
+
+    def _candidate_segments(self, segs: list[Segment], url: str) -> list[Segment]:
+        """The one segment whose URL range can hold ``url`` (segments are in URL order)."""
+        lo, hi = 0, len(segs)
+        while lo < hi:  # last segment whose first url <= url
+            mid = (lo + hi) >> 1
+            if self._first_url(segs[mid]) <= url:
+                lo = mid + 1
+            else:
+                hi = mid
+        return [segs[lo - 1]] if lo else []
+
+    def _segment_has(self, s: Segment, key: int, url: str) -> bool:
+        table = self._reader._row_group(self._v.files[s.file_id].path, s.row_group)
+        t = table.slice(s.row_start, s.row_count)
+        hits = pc.indices_nonzero(pc.equal(t.column("url_key"), pa.scalar(key, pa.int64())))
+        # Same key but a different URL is a collision: only the URL string decides.
+        return any(segment_rows(t, i, 1)[0][1] == url for i in hits.to_pylist())

@@ -1,0 +1,6 @@
+"""Bulk import of URL datasets (text, CSV, JSONL, Parquet; gzip/zstd) into the lake."""
+
+from crawlstream.ingest._readers import FORMATS, Batch, detect_format, iter_batches, open_decompressed
+from crawlstream.ingest._run import IngestStats, ingest_files
+
+__all__ = ["FORMATS", "Batch", "IngestStats", "detect_format", "ingest_files", "iter_batches", "open_decompressed"]

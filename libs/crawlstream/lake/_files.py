@@ -1,0 +1,116 @@
+"""Lake layout on a local file system: paths, atomic publication, listing and row reads.
+
+Layout: ``<root>/urls/dataset_id=<id>/domain_prefix=<hh>/part-<unique>.parquet``. A file
+becomes visible only by ``rename`` after its bytes are fsynced, so a crash never leaves a
+half file under a name readers or the index builder pick up (they only take ``part-*.parquet``).
+Compaction writes a merged file whose Parquet key-value metadata ``crawlstream.replaces``
+lists the files it supersedes (a JSON list of relative paths); listing hides those.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from crawlstream.errors import StorageUnavailable
+from crawlstream.lake._schema import join_url
+
+__all__ = [
+    "REPLACES_KEY",
+    "LakeFile",
+    "atomic_write_bytes",
+    "fsync_dir",
+    "list_lake_files",
+    "partition_dir",
+    "read_replaces",
+    "segment_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+REPLACES_KEY = b"crawlstream.replaces"
+_PART_RE = re.compile(r"^urls/dataset_id=(\d+)/domain_prefix=([0-9a-f]{2})/part-[^/]+\.parquet$")
+
+
+@dataclass(frozen=True, slots=True)
+class LakeFile:
+    dataset_id: int
+    hh: str
+    path: str  # relative to the lake root
+
+
+def partition_dir(root: Path, dataset_id: int, hh: str) -> Path:
+    return root / "urls" / f"dataset_id={dataset_id}" / f"domain_prefix={hh}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise StorageUnavailable(f"could not write {path}: {exc}; check the volume and retry") from exc
+
+
+def read_replaces(path: Path) -> list[str]:
+    meta = pq.read_metadata(path).metadata or {}
+    raw = meta.get(REPLACES_KEY)
+    return list(json.loads(raw)) if raw else []
+
+
+def list_lake_files(root: Path) -> Iterator[LakeFile]:
+    """Every published lake file, sorted by path (build time only; readers never list)."""
+    base = root / "urls"
+    if not base.is_dir():
+        return
+    found = []
+    for ds_dir in base.iterdir():
+        if not ds_dir.name.startswith("dataset_id="):
+            continue
+        for part_dir in ds_dir.iterdir():
+            if not part_dir.name.startswith("domain_prefix="):
+                continue
+            for f in part_dir.iterdir():
+                rel = f.relative_to(root).as_posix()
+                m = _PART_RE.match(rel)
+                if m:
+                    found.append(LakeFile(int(m.group(1)), m.group(2), rel))
+    yield from sorted(found, key=lambda lf: lf.path)
+
+
+def segment_rows(
+    table: pa.Table, row_start: int, row_count: int
+) -> list[tuple[int, str, int | None]]:
+    """(url_key, url, ts_ms) for rows ``[row_start, row_start + row_count)`` of a row-group table."""
+    t = table.slice(row_start, row_count)
+    keys = t.column("url_key").to_pylist()
+    schemes = t.column("scheme").to_pylist()
+    hosts = t.column("host").to_pylist()
+    ports = t.column("port").to_pylist()
+    paths = t.column("path_query").to_pylist()
+    ts = t.column("ts").cast(pa.int64()).to_pylist()
+    return [
+        (k, join_url(s, h, p, q), m)
+        for k, s, h, p, q, m in zip(keys, schemes, hosts, ports, paths, ts, strict=True)
+    ]

@@ -1,0 +1,290 @@
+"""``LakeWriter``: buffers rows per (dataset_id, hh) and publishes sorted, deduplicated files.
+
+Contract for callers (the ``crawlstream ingest`` command, the parquet-sink service):
+
+* ``add*`` only buffers; rows become durable when a file is published: on ``flush()``,
+  ``close()``, when a partition reaches ``file_max_rows``, or when all buffers together pass
+  ``buffer_max_rows`` (the largest partition is flushed). A service commits its consumer
+  offsets only after ``flush()`` returned.
+* Every file is sorted by (domain, url) and holds each (dataset_id, url) once (first row
+  kept). Duplicates *across* files (a replay, two ingests) are removed by readers and by
+  ``crawlstream index compact``; see docs/decisions/004-lake-row-groups.md.
+* Files appear atomically (temp name, fsync, rename, fsync dir).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from crawlstream.errors import StorageUnavailable
+from crawlstream.lake._files import REPLACES_KEY, fsync_dir, partition_dir
+from crawlstream.lake._schema import LAKE_SCHEMA, split_url
+
+if TYPE_CHECKING:
+    from crawlstream.settings import Settings
+
+__all__ = ["LakeWriter", "WrittenFile", "write_lake_file"]
+
+logger = logging.getLogger(__name__)
+
+DICTIONARY_COLUMNS = ["dataset_id", "domain", "scheme", "host", "port"]
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    dataset_id: int
+    hh: str
+    path: Path
+    num_rows: int
+    duplicates_dropped: int
+    size_bytes: int
+
+
+@dataclass(slots=True)
+class _Buffer:
+    urls: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)
+    keys: list[int] = field(default_factory=list)
+    ts_ms: list[int | None] = field(default_factory=list)
+    extras: list[str | None] = field(default_factory=list)
+
+
+def _hh(domain: str) -> str:
+    from crawlstream.urls import domain_prefix
+
+    return domain_prefix(domain)
+
+
+def write_lake_file(
+    table: pa.Table,
+    directory: Path,
+    *,
+    row_group_rows: int,
+    zstd_level: int,
+    replaces: Sequence[str] = (),
+) -> tuple[Path, int]:
+    """Publish ``table`` (already in lake order and schema) atomically; return (path, size)."""
+    import json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"part-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
+    final = directory / name
+    tmp = directory / f".{name}.tmp"
+    if replaces:
+        table = table.replace_schema_metadata({REPLACES_KEY: json.dumps(list(replaces)).encode()})
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            row_group_size=row_group_rows,
+            compression="zstd",
+            compression_level=zstd_level,
+            use_dictionary=DICTIONARY_COLUMNS,
+            write_statistics=["domain"],
+            # The Arrow schema costs ~700 B per file (many files are small); the Parquet types map
+            # back to LAKE_SCHEMA. Compacted files need it: it carries `replaces`.
+            store_schema=bool(replaces),
+        )
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        fsync_dir(directory)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageUnavailable(f"could not publish lake file in {directory}: {exc}") from exc
+    return final, final.stat().st_size
+
+
+def sort_dedupe(urls: pa.Array, domains: pa.Array) -> tuple[pa.Array, int]:
+    """Indices putting rows in (domain, url) order, first of each equal url kept; and #dropped."""
+    t = pa.table({"domain": domains, "url": urls})
+    order = pc.sort_indices(t, sort_keys=[("domain", "ascending"), ("url", "ascending")])
+    sorted_urls = urls.take(order)
+    n = len(sorted_urls)
+    if n < 2:
+        return order, 0
+    differs = pc.not_equal(sorted_urls.slice(1), sorted_urls.slice(0, n - 1))
+    keep = pa.concat_arrays([pa.array([True]), differs])
+    kept = order.filter(keep)
+    return kept, n - len(kept)
+
+
+class LakeWriter:
+    """Write canonical URL rows into the lake; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        row_group_rows: int = 16_384,
+        file_max_rows: int = 4_000_000,
+        buffer_max_rows: int = 8_000_000,
+        zstd_level: int = 9,
+        on_file: Callable[[WrittenFile], None] | None = None,
+        io_threads: int = 8,
+    ) -> None:
+        self.root = Path(root)
+        self.row_group_rows = row_group_rows
+        self.file_max_rows = file_max_rows
+        self.buffer_max_rows = buffer_max_rows
+        self.zstd_level = zstd_level
+        self.on_file = on_file
+        self.io_threads = io_threads
+        self._buffers: dict[tuple[int, str], _Buffer] = {}
+        self._buffered = 0
+        self._hh_cache: dict[str, str] = {}
+        self.written: list[WrittenFile] = []
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> LakeWriter:
+        lake = settings.lake
+        return cls(
+            settings.data_dir,
+            row_group_rows=lake.row_group_rows,
+            file_max_rows=lake.file_max_rows,
+            buffer_max_rows=lake.buffer_max_rows,
+            zstd_level=lake.zstd_level,
+            **kwargs,
+        )
+
+    def __enter__(self) -> LakeWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+
+    @property
+    def buffered_rows(self) -> int:
+        return self._buffered
+
+    def add(
+        self,
+        dataset_id: int,
+        url: str,
+        domain: str,
+        url_key: int,
+        ts_ms: int | None = None,
+        extras: str | None = None,
+    ) -> None:
+        """Buffer one row. ``url`` must be canonical and ``domain`` its registered domain."""
+        hh = self._hh_cache.get(domain)
+        if hh is None:
+            if len(self._hh_cache) > 1_000_000:
+                self._hh_cache.clear()
+            hh = self._hh_cache[domain] = _hh(domain)
+        buf = self._buffers.get((dataset_id, hh))
+        if buf is None:
+            buf = self._buffers[(dataset_id, hh)] = _Buffer()
+        buf.urls.append(url)
+        buf.domains.append(domain)
+        buf.keys.append(url_key)
+        buf.ts_ms.append(ts_ms)
+        buf.extras.append(extras)
+        self._buffered += 1
+        if len(buf.urls) >= self.file_max_rows:
+            self._flush_partition((dataset_id, hh))
+        elif self._buffered >= self.buffer_max_rows:
+            biggest = max(self._buffers, key=lambda k: len(self._buffers[k].urls))
+            self._flush_partition(biggest)
+
+    def add_canonical(
+        self, dataset_id: int, canonical: Any, ts_ms: int | None = None, extras: str | None = None
+    ) -> None:
+        """Buffer a ``crawlstream.urls.CanonicalUrl``."""
+        from crawlstream.urls import url_key
+
+        self.add(dataset_id, canonical.url, canonical.domain, url_key(canonical), ts_ms, extras)
+
+    def flush(self) -> list[WrittenFile]:
+        """Publish every buffered partition; return the files written by this call."""
+        before = len(self.written)
+        # Sorting is CPU (GIL) bound; writing + fsync is I/O bound and overlaps in threads,
+        # which matters because small datasets spread over 256 prefixes make many small files.
+        with ThreadPoolExecutor(max_workers=self.io_threads) as pool:
+            pending = []
+            for key in sorted(self._buffers):
+                buf = self._buffers.pop(key)
+                if not buf.urls:
+                    continue
+                self._buffered -= len(buf.urls)
+                table, dropped = build_table(key[0], buf.urls, buf.domains, buf.keys, buf.ts_ms, buf.extras)
+                fut = pool.submit(write_lake_file, table, partition_dir(self.root, *key),
+                                  row_group_rows=self.row_group_rows, zstd_level=self.zstd_level)
+                pending.append((key, table.num_rows, dropped, fut))
+            for (dataset_id, hh), rows, dropped, fut in pending:
+                path, size = fut.result()
+                self._record(WrittenFile(dataset_id, hh, path, rows, dropped, size))
+        return self.written[before:]
+
+    def _record(self, written: WrittenFile) -> None:
+        logger.debug("lake file %s: %d rows (%d duplicates dropped)", written.path, written.num_rows,
+                     written.duplicates_dropped)
+        self.written.append(written)
+        if self.on_file is not None:
+            self.on_file(written)
+
+    def close(self) -> None:
+        self.flush()
+
+    def _flush_partition(self, key: tuple[int, str]) -> None:
+        buf = self._buffers.pop(key, None)
+        if buf is None or not buf.urls:
+            return
+        dataset_id, hh = key
+        self._buffered -= len(buf.urls)
+        table, dropped = build_table(dataset_id, buf.urls, buf.domains, buf.keys, buf.ts_ms, buf.extras)
+        path, size = write_lake_file(
+            table, partition_dir(self.root, dataset_id, hh),
+            row_group_rows=self.row_group_rows, zstd_level=self.zstd_level,
+        )
+        self._record(WrittenFile(dataset_id, hh, path, table.num_rows, dropped, size))
+
+
+def build_table(
+    dataset_id: int,
+    urls: Sequence[str],
+    domains: Sequence[str],
+    keys: Sequence[int],
+    ts_ms: Sequence[int | None],
+    extras: Sequence[str | None],
+) -> tuple[pa.Table, int]:
+    """Rows -> a lake-ordered, deduplicated table in ``LAKE_SCHEMA``; and the #duplicates dropped."""
+    url_arr = pa.array(urls, pa.string())
+    order, dropped = sort_dedupe(url_arr, pa.array(domains, pa.string()))
+    idx = order.to_pylist()
+    schemes, hosts, ports, paths = [], [], [], []
+    for i in idx:
+        s, h, p, q = split_url(urls[i])
+        schemes.append(s)
+        hosts.append(h)
+        ports.append(p)
+        paths.append(q)
+    n = len(idx)
+    table = pa.table(
+        [
+            pa.array([dataset_id] * n, pa.int32()),
+            pa.array(domains, pa.string()).take(order),
+            pa.array(keys, pa.int64()).take(order),
+            pa.array(schemes, pa.string()),
+            pa.array(hosts, pa.string()),
+            pa.array(ports, pa.int32()),
+            pa.array(paths, pa.string()),
+            pa.array(ts_ms, pa.int64()).take(order).cast(pa.timestamp("ms")),
+            pa.array(extras, pa.string()).take(order),
+        ],
+        schema=LAKE_SCHEMA,
+    )
+    return table, dropped

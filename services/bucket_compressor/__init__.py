@@ -1,0 +1,1 @@
+"""The bucket compressor service: fetch.results -> content store -> content.stored."""

@@ -1,0 +1,208 @@
+"""Bucket compressor wiring: consume ``fetch.results``, store each body, emit ``content.stored``.
+
+Only ``outcome == "ok"`` results with a non-empty body are stored (2xx; a truncated body
+is stored too, tagged ``truncated``). Error pages, redirects and failures are not: the
+store keeps one live body per URL, so a transient 503 page would replace the good copy,
+and the lake downstream answers "which URLs does this crawl hold", which error pages are not.
+
+Order within one loop iteration (do not reorder: it is the at-least-once guarantee):
+
+1. ``handle``: decompress (bounded by ``fetch.max_body_bytes``) and ``store.put`` each
+   body; ``put`` is idempotent by (url, content hash), so a replayed batch writes nothing;
+2. ``end_batch``: ``store.sync()`` (fsync segments, then the index) so every put of the
+   batch is durable even against power loss;
+3. ``end_batch``: only then queue the ``ContentStored`` events;
+4. the loop flushes the producer and commits. A crash before 4 replays the batch: the
+   puts are no-ops and the events are sent again (sinks are idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+import zstandard
+from selectolax.lexbor import LexborHTMLParser
+
+from crawlstream.bus import Message, TopicPartition
+from crawlstream.errors import BadDataError
+from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
+from crawlstream.links import decode_html
+from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.services._host import Host, run_standalone
+from crawlstream.settings import Settings
+from crawlstream.store import ContentStore
+from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
+
+GROUP = "crawlstream.bucket-compressor"
+TITLE_MAX_CHARS = 512
+_HEAD_SCAN_BYTES = 64 * 1024
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+_HTML_SNIFF = re.compile(rb"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head)\b", re.I | re.S)
+_HEAD_END = re.compile(rb"</head\s*>", re.I)
+_SPACES = re.compile(r"\s+")
+
+logger = logging.getLogger(__name__)
+
+
+def is_html(content_type: str | None, body: bytes) -> bool:
+    """HTML by Content-Type, or by the first bytes when the server sent none."""
+    if content_type:
+        return content_type.split(";", 1)[0].strip().lower() in _HTML_TYPES
+    return _HTML_SNIFF.match(body[:1024]) is not None
+
+
+def extract_title(body: bytes, content_type: str | None) -> str | None:
+    """The page's <title>, whitespace-collapsed and capped; None when absent.
+
+    Parses only the document head (up to ``</head>`` or 64 KiB): the title is there, and
+    parsing a 5 MB body for it would cost more than storing it.
+    """
+    end = _HEAD_END.search(body, 0, _HEAD_SCAN_BYTES)
+    head = body[: end.end()] if end else body[:_HEAD_SCAN_BYTES]
+    node = LexborHTMLParser(decode_html(head, content_type)).css_first("title")
+    if node is None:
+        return None
+    title = _SPACES.sub(" ", node.text(deep=True)).strip()
+    return title[:TITLE_MAX_CHARS] or None
+
+
+@dataclass
+class _Stored:
+    event: ContentStored
+    message: Message
+
+
+class CompressHandler(EventHandler):
+    """Stores bodies in ``handle``; makes them durable, then announces them, in ``end_batch``."""
+
+    def __init__(
+        self,
+        store: ContentStore,
+        out: EventProducer,
+        *,
+        max_body_bytes: int,
+    ) -> None:
+        self._store = store
+        self._out = out
+        self._max_body_bytes = max_body_bytes
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._pending: list[_Stored] = []
+        self.stored = 0
+        self.skipped = 0
+
+    def handle(self, event: FetchResult, message: Message) -> None:
+        if event.outcome != "ok" or not event.body_zstd:
+            self.skipped += 1
+            return
+        body = self._decompress(event, message)
+        title = extract_title(body, event.content_type) if is_html(event.content_type, body) else None
+        # InvalidUrl (a BadDataError) dead-letters the message: the store canonicalizes.
+        location = self._store.put(
+            event.url,
+            body,
+            content_type=event.content_type,
+            title=title,
+            status=event.status,
+            fetched_at_ms=event.fetched_at_ms,
+            tags=("truncated",) if event.truncated else (),
+        )
+        entry = self._store.entry(event.url)
+        assert entry is not None, "a put entry is readable at once"
+        stored = ContentStored(
+            url=entry.url,
+            url_key=entry.url_key,
+            domain=entry.domain,
+            content_hash=entry.content_hash.hex(),
+            location=ContentLocation(
+                location.segment, location.offset, location.length, location.dict_id, location.tier
+            ),
+            size_bytes=len(body),
+            stored_bytes=location.length,
+            status=event.status,
+            fetched_at_ms=event.fetched_at_ms,
+            content_type=event.content_type,
+            title=title,
+            dataset_id=event.dataset_id,
+        )
+        self._pending.append(_Stored(stored, message))
+
+    def _decompress(self, event: FetchResult, message: Message) -> bytes:
+        try:
+            # max_output_size only bounds frames without a content size: check the header too.
+            declared = zstandard.frame_content_size(event.body_zstd)
+            if declared > self._max_body_bytes:
+                raise zstandard.ZstdError(f"frame declares {declared} bytes")
+            return self._decompressor.decompress(event.body_zstd, max_output_size=self._max_body_bytes)
+        except zstandard.ZstdError as exc:
+            raise BadDataError(
+                f"expected body_zstd to be one zstd frame of at most {self._max_body_bytes} bytes "
+                f"(fetch.max_body_bytes), found an undecodable or larger body for {event.url!r} at "
+                f"{message.topic}[{message.partition}]@{message.offset}: {exc}; the producer must "
+                "cap and compress bodies as the fetcher does"
+            ) from exc
+
+    def end_batch(self) -> None:
+        if not self._pending:
+            return
+        # 2. durable first (see the module docstring), 3. then announced.
+        self._store.sync()
+        for item in self._pending:
+            self._out.send(CONTENT_STORED, item.event)
+        self.stored += len(self._pending)
+        logger.debug("stored and announced %d bodies", len(self._pending))
+        self._pending.clear()
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        # Every handled batch was synced in end_batch; sync again in case a caller
+        # drives handle() without end_batch (cheap when nothing is dirty).
+        self._store.sync()
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        # Records already written stay valid (puts are idempotent); nothing to drop.
+        self._pending.clear()
+
+
+class BucketCompressorService:
+    def __init__(self, loop: ServiceLoop, handler: CompressHandler, store: ContentStore) -> None:
+        self.loop = loop
+        self.handler = handler
+        self.store = store
+
+    def run(self) -> None:
+        self.loop.run()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        self.loop.close()
+        self.store.close()
+
+
+def build(host: Host) -> BucketCompressorService:
+    """Wire the service on ``<data_dir>/store`` (one writer process per store root)."""
+    settings = host.settings
+    store = ContentStore.from_settings(settings)
+    consumer = host.bus.consumer(GROUP)
+    out = host.event_producer()
+    handler = CompressHandler(store, out, max_body_bytes=settings.fetch.max_body_bytes)
+    loop = ServiceLoop(
+        service="bucket-compressor",
+        consumer=consumer,
+        topics=[FETCH_RESULTS],
+        codec=host.codec,
+        handler=handler,
+        dlq_producer=host.bus.producer(),
+        producers=[out],
+        batch_size=256,
+        poll_timeout_s=settings.bus.poll_timeout_s,
+        registry=host.registry,
+        stop_event=host.stop_event,
+    )
+    return BucketCompressorService(loop, handler, store)
+
+
+def run(settings: Settings) -> int:
+    return run_standalone(settings, build)

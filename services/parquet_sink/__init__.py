@@ -1,0 +1,1 @@
+"""The parquet-sink service: content.stored + urls.records -> the Parquet lake."""

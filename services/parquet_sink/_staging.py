@@ -1,0 +1,159 @@
+"""The sink's staging log: rows made durable per batch, published as lake files in bulk.
+
+Why it exists: the service loop commits its offsets after every batch, but a lake file per
+batch would mean thousands of tiny files. So each batch's rows are appended here (one
+CRC-framed record per batch, fsynced) before the commit, and published as Parquet only
+when enough rows or enough time have gathered; the log is then truncated. After a crash
+the log is replayed at start-up. A crash between publishing and truncating republishes
+those rows: the lake tolerates duplicates across files (readers keep one row per
+(dataset_id, url)), so this costs bytes, never answers.
+
+Record: ``>II`` (payload length, crc32 of the payload) + payload (UTF-8 JSON list of rows).
+A torn or corrupt tail (a crash during append) is truncated at the last good record.
+
+Each sink instance owns one directory and holds an exclusive ``flock`` on its ``LOCK``
+file while open; :func:`orphaned_logs` finds sibling directories nobody holds, so a
+surviving instance can adopt the rows of one that crashed and never came back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crawlstream.errors import StorageUnavailable
+
+__all__ = ["Row", "StagingLog", "orphaned_logs"]
+
+logger = logging.getLogger(__name__)
+
+Row = tuple[int, str, str, int, int | None, str | None]
+"""(dataset_id, canonical url, domain, url_key, ts_ms, extras JSON text)."""
+
+_HEADER = struct.Struct(">II")
+LOG_NAME = "rows.log"
+LOCK_NAME = "LOCK"
+
+
+class StagingLog:
+    """An append-only, fsynced log of row batches in ``directory`` (locked while open)."""
+
+    def __init__(self, directory: Path, *, fsync: bool = True) -> None:
+        self.directory = Path(directory)
+        self.fsync = fsync
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = _lock(self.directory)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot open staging directory {self.directory}: {exc}") from exc
+        if fd is None:
+            raise StorageUnavailable(
+                f"staging directory {self.directory} is locked by another parquet-sink process; "
+                "give each instance its own directory"
+            )
+        self._lock_fd: int = fd
+        self._open()
+
+    @classmethod
+    def try_open(cls, directory: Path, *, fsync: bool = True) -> StagingLog | None:
+        """The log of ``directory`` if no other process holds it, else None (adoption)."""
+        fd = _lock(Path(directory))
+        if fd is None:
+            return None
+        log = cls.__new__(cls)
+        log.directory = Path(directory)
+        log.fsync = fsync
+        log._lock_fd = fd
+        log._open()
+        return log
+
+    def _open(self) -> None:
+        self._path = self.directory / LOG_NAME
+        self._fh = open(self._path, "ab")  # noqa: SIM115 - closed in close()
+        self.rows = 0
+
+    def replay(self) -> list[Row]:
+        """Every row of the log (call once, at start-up); truncates a torn tail."""
+        rows = list(_read(self._path))
+        self.rows = len(rows)
+        return rows
+
+    def append(self, rows: list[Row]) -> None:
+        """Durably append one batch (fsynced before returning when ``fsync``)."""
+        if not rows:
+            return
+        payload = json.dumps(rows, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        try:
+            self._fh.write(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
+            self._fh.flush()
+            if self.fsync:
+                os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot append to staging log {self._path}: {exc}") from exc
+        self.rows += len(rows)
+
+    def clear(self) -> None:
+        """Forget every row: call only after they were published as lake files."""
+        try:
+            self._fh.truncate(0)
+            self._fh.flush()
+            if self.fsync:
+                os.fsync(self._fh.fileno())
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot truncate staging log {self._path}: {exc}") from exc
+        self.rows = 0
+
+    def close(self) -> None:
+        if self._fh.closed:
+            return
+        self._fh.close()
+        os.close(self._lock_fd)
+
+
+def _lock(directory: Path) -> int | None:
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read(path: Path) -> Iterator[Row]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    pos = 0
+    while pos + _HEADER.size <= len(data):
+        length, crc = _HEADER.unpack_from(data, pos)
+        payload = data[pos + _HEADER.size : pos + _HEADER.size + length]
+        if len(payload) < length or zlib.crc32(payload) != crc:
+            break
+        batch: list[Any] = json.loads(payload)
+        for r in batch:
+            yield (int(r[0]), str(r[1]), str(r[2]), int(r[3]), r[4], r[5])
+        pos += _HEADER.size + length
+    if pos < len(data):
+        logger.warning("staging log %s: torn tail of %d bytes truncated (crash during append)", path, len(data) - pos)
+        with open(path, "r+b") as fh:
+            fh.truncate(pos)
+            os.fsync(fh.fileno())
+
+
+def orphaned_logs(parent: Path, own: Path) -> Iterator[Path]:
+    """Sibling staging directories under ``parent`` holding rows (open them with ``try_open``)."""
+    if not parent.is_dir():
+        return
+    for d in sorted(parent.iterdir()):
+        log = d / LOG_NAME
+        if d != own and d.is_dir() and log.is_file() and log.stat().st_size > 0:
+            yield d

@@ -1,0 +1,1 @@
+"""The query-api service: the HTTP query API over the index versions."""

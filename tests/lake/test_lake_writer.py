@@ -1,0 +1,97 @@
+"""LakeWriter: sorted, deduplicated, dictionary-encoded files that appear atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crawlstream.lake import LAKE_SCHEMA, LakeWriter, compact_partition, join_url, list_lake_files, split_url
+from crawlstream.urls import canonicalize
+
+
+@given(
+    scheme=st.sampled_from(["http", "https", "ftp"]),
+    authority=st.text(st.characters(blacklist_characters="/?#"), max_size=20),
+    rest=st.text(max_size=30).map(lambda s: "/" + s),
+)
+def test_split_url_is_the_exact_inverse_of_join_url(scheme: str, authority: str, rest: str) -> None:
+    url = f"{scheme}://{authority}{rest}"
+    assert join_url(*split_url(url)) == url
+
+
+def test_split_url_separates_a_non_default_port() -> None:
+    assert split_url("https://a.b:8443/x?y=1") == ("https", "a.b", 8443, "/x?y=1")
+    assert split_url("http://[::1]:8080/") == ("http", "[::1]", 8080, "/")
+    assert split_url("http://[::1]/") == ("http", "[::1]", None, "/")
+
+
+def _write(root: Path, urls: list[str], ds: int = 1, **kwargs: int) -> LakeWriter:
+    w = LakeWriter(root, **kwargs)
+    for i, u in enumerate(urls):
+        w.add_canonical(ds, canonicalize(u), ts_ms=1000 + i)
+    w.close()
+    return w
+
+
+def test_files_are_sorted_by_domain_then_url_and_deduplicated(tmp_path: Path) -> None:
+    urls = [f"http://h{i % 7}.example{i % 3}.com/p{i % 40}" for i in range(300)]
+    w = _write(tmp_path, urls, row_group_rows=16)
+    assert sum(f.duplicates_dropped for f in w.written) == 300 - len(set(urls))
+    for f in w.written:
+        t = pq.read_table(f.path)
+        assert t.schema.equals(LAKE_SCHEMA)
+        rows = [(d, join_url(s, h, p, q)) for d, s, h, p, q in zip(
+            *(t.column(c).to_pylist() for c in ("domain", "scheme", "host", "port", "path_query")), strict=True)]
+        assert rows == sorted(set(rows))
+        meta = pq.ParquetFile(f.path).metadata
+        assert meta.row_group(0).column(1).compression == "ZSTD"
+        assert "RLE_DICTIONARY" in meta.row_group(0).column(1).encodings  # domain is dictionary-encoded
+
+
+def test_first_row_of_a_duplicate_url_is_kept(tmp_path: Path) -> None:
+    w = _write(tmp_path, ["http://a.com/x", "http://A.com/x", "http://a.com/y"])
+    t = pq.read_table(w.written[0].path)
+    assert t.column("ts").cast("int64").to_pylist() == [1000, 1002]
+
+
+def test_partition_layout_is_readable_by_duckdb_with_hive_partitioning(tmp_path: Path) -> None:
+    _write(tmp_path, ["http://a.com/x", "https://b.org:8443/y?a=1", "http://c.net/"], ds=42)
+    glob = (tmp_path / "urls" / "**" / "*.parquet").as_posix()
+    rows = duckdb.sql(
+        f"SELECT dataset_id, domain_prefix, domain, port FROM read_parquet('{glob}', hive_partitioning=true) "
+        "ORDER BY domain"
+    ).fetchall()
+    from crawlstream.urls import domain_prefix
+
+    assert rows == [(42, domain_prefix(d), d, p) for d, p in (("a.com", None), ("b.org", 8443), ("c.net", None))]
+
+
+def test_an_unfinished_temp_file_is_never_listed(tmp_path: Path) -> None:
+    w = _write(tmp_path, ["http://a.com/x"])
+    part = w.written[0].path.parent
+    (part / ".part-999-crashed.parquet.tmp").write_bytes(b"PAR1 half")
+    assert [lf.path for lf in list_lake_files(tmp_path)] == [w.written[0].path.relative_to(tmp_path).as_posix()]
+
+
+def test_a_full_buffer_publishes_its_largest_partition(tmp_path: Path) -> None:
+    w = LakeWriter(tmp_path, buffer_max_rows=50)
+    for i in range(120):
+        w.add_canonical(1, canonicalize(f"http://big.com/{i}"))
+    assert len(w.written) == 2 and w.buffered_rows == 20
+    w.close()
+    assert sum(f.num_rows for f in w.written) == 120
+
+
+def test_compaction_merges_a_partition_and_hides_the_files_it_replaces(tmp_path: Path) -> None:
+    a = _write(tmp_path, ["http://a.com/1", "http://a.com/2"])
+    b = _write(tmp_path, ["http://a.com/2", "http://a.com/3"])
+    old = [f.path.relative_to(tmp_path).as_posix() for f in a.written + b.written]
+    merged = compact_partition(tmp_path, 1, a.written[0].hh, old, row_group_rows=8, zstd_level=3)
+    assert merged.num_rows == 3 and merged.duplicates_dropped == 1
+    t = pq.read_table(merged.path)
+    assert t.column("path_query").to_pylist() == ["/1", "/2", "/3"]
+    assert t.column("ts").cast("int64").to_pylist() == [1000, 1001, 1001]  # /2 from the earlier file

@@ -1,0 +1,170 @@
+"""bucket-compressor: fetch.results -> content store -> content.stored, at least once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from crawlstream.events import ContentStored, EventCodec, FetchResult
+from crawlstream.services.bucket_compressor.main import build, extract_title
+from crawlstream.settings import Settings
+from crawlstream.store import ContentStore, Location
+from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, dlq_topic
+from crawlstream.urls import canonicalize, url_key
+from tests.services._support import drain, host_for, read_topic
+
+pytestmark = pytest.mark.timeout(60)
+
+_zstd = zstandard.ZstdCompressor(level=3)
+
+
+def fetch_result(url: str, body: bytes, *, content_type: str | None = "text/html; charset=utf-8",
+                 status: int = 200, outcome: str = "ok", truncated: bool = False) -> FetchResult:
+    canon = canonicalize(url)
+    return FetchResult(
+        url=canon.url, url_key=url_key(canon), domain=canon.domain, depth=0, status=status, outcome=outcome,
+        fetched_at_ms=1_700_000_000_000, elapsed_ms=12, attempt=0, content_type=content_type,
+        body_zstd=_zstd.compress(body) if body else b"", body_size_bytes=len(body), truncated=truncated,
+        dataset_id=7,
+    )
+
+
+def send_results(settings: Settings, results: list[FetchResult]) -> None:
+    with host_for(settings) as host:
+        out = host.event_producer()
+        for r in results:
+            out.send(FETCH_RESULTS, r)
+        out.flush()
+
+
+def stored_events(settings: Settings, expected: int) -> list[ContentStored]:
+    with host_for(settings) as host:
+        codec: EventCodec = host.codec
+        return [codec.decode(m.value, ContentStored) for m in read_topic(host, CONTENT_STORED, expected)]
+
+
+def segment_bytes(settings: Settings) -> int:
+    return sum(p.stat().st_size for p in (settings.data_dir / "store" / "segments").rglob("*.seg"))
+
+
+def run_service(settings: Settings) -> int:
+    with host_for(settings) as host:
+        service = build(host)
+        try:
+            return drain(service.loop)
+        finally:
+            service.close()
+
+
+def test_real_pages_are_stored_and_announced_byte_identical(
+    make_settings: Callable[..., Settings], html_pages: list[tuple[str, bytes]]
+) -> None:
+    settings = make_settings()
+    send_results(settings, [fetch_result(url, html) for url, html in html_pages])
+    assert run_service(settings) == len(html_pages)
+
+    events = stored_events(settings, len(html_pages))
+    assert sorted(e.url for e in events) == sorted(canonicalize(u).url for u, _ in html_pages)
+    bodies = {canonicalize(u).url: html for u, html in html_pages}
+    with ContentStore.from_settings(settings) as store:
+        for e in events:
+            loc = Location(e.location.segment, e.location.offset, e.location.length, e.location.dict_id,
+                           e.location.tier)
+            body = store.read_location(loc, expected_hash=bytes.fromhex(e.content_hash))
+            assert body == bodies[e.url]
+            assert e.size_bytes == len(body) and e.stored_bytes == e.location.length
+            assert (e.status, e.dataset_id, e.url_key) == (200, 7, url_key(e.url))
+    titled = [e for e in events if e.title]
+    assert len(titled) >= len(events) - 1, "real article pages carry a <title>"
+    for e in titled:
+        assert e.title == extract_title(bodies[e.url], e.content_type)
+
+
+def test_binary_body_is_stored_without_title(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings()
+    blob = os.urandom(3000) + b"<title>not html</title>"
+    binary = fetch_result("https://files.example.org/a.bin", blob, content_type="application/octet-stream")
+    send_results(settings, [binary])
+    run_service(settings)
+    [event] = stored_events(settings, 1)
+    assert event.title is None and event.content_type == "application/octet-stream"
+    with ContentStore.from_settings(settings) as store:
+        assert store.get(event.url) == blob
+
+
+def test_only_successful_fetches_with_a_body_are_stored(make_settings: Callable[..., Settings]) -> None:
+    """Error pages would replace a good stored copy; failures have nothing to store."""
+    settings = make_settings()
+    send_results(settings, [
+        fetch_result("https://a.example.org/404", b"<html>gone</html>", status=404, outcome="http_error"),
+        fetch_result("https://a.example.org/t", b"", status=0, outcome="timeout"),
+        fetch_result("https://a.example.org/ok", b"<html><head><title> Hi\n there </title></head></html>"),
+    ])
+    run_service(settings)
+    events = stored_events(settings, 1)
+    assert [(e.url, e.title) for e in events] == [("https://a.example.org/ok", "Hi there")]
+
+
+def test_replayed_batch_is_not_stored_twice(
+    make_settings: Callable[..., Settings], html_pages: list[tuple[str, bytes]]
+) -> None:
+    """A crash after storing but before the commit replays the batch: the store dedupes."""
+    settings = make_settings()
+    send_results(settings, [fetch_result(url, html) for url, html in html_pages])
+    with host_for(settings) as host:
+        service = build(host)
+        service.loop._consumer.commit = lambda offsets=None: None  # type: ignore[method-assign]  # the crash
+        assert drain(service.loop) == len(html_pages)
+        service.close()
+    size_after_first = segment_bytes(settings)
+    index_after_first = (settings.data_dir / "store" / "index.log").stat().st_size
+
+    assert run_service(settings) == len(html_pages), "the uncommitted batch is delivered again"
+    assert segment_bytes(settings) == size_after_first
+    assert (settings.data_dir / "store" / "index.log").stat().st_size == index_after_first
+    events = stored_events(settings, 2 * len(html_pages))
+    assert len(events) == 2 * len(html_pages)  # announced twice: sinks are idempotent
+    assert len({(e.url, e.content_hash, e.location) for e in events}) == len(html_pages)
+    with ContentStore.from_settings(settings) as store:
+        assert len(store) == len(html_pages)
+
+
+def test_corrupt_fetch_result_goes_to_dlq(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(CRAWLSTREAM_FETCH_MAX_BODY_BYTES="1000")
+    good = fetch_result("https://b.example.org/", b"<html>fine</html>")
+    too_big = fetch_result("https://b.example.org/big", b"x" * 1001)
+    with host_for(settings) as host:
+        raw = host.bus.producer()
+        raw.produce(FETCH_RESULTS, b"\x00\x00\x00\x00\x01not avro at all", partition=0, key=b"b.example.org")
+        raw.flush()
+        out = host.event_producer()
+        out.send(FETCH_RESULTS, good)
+        out.send(FETCH_RESULTS, too_big)
+        out.flush()
+    run_service(settings)
+    with host_for(settings) as host:
+        dead = read_topic(host, dlq_topic(FETCH_RESULTS), 2)
+        errors = sorted(dict(m.headers)["error_type"].decode() for m in dead)
+        assert errors == ["BadDataError", "EventDecodeError"]
+        assert any(m.value == b"\x00\x00\x00\x00\x01not avro at all" for m in dead)
+    assert [e.url for e in stored_events(settings, 1)] == ["https://b.example.org/"]
+
+
+def test_title_is_read_from_the_head_with_the_declared_charset() -> None:
+    page = "<html><head><meta charset='iso-8859-1'><title>Caf\xe9</title></head><body>x</body></html>"
+    assert extract_title(page.encode("latin-1"), None) == "Café"
+    assert extract_title(b"<html><body>no title</body></html>", "text/html") is None
+
+
+def test_stored_location_survives_a_reopen(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    """content.stored is emitted only after store.sync(): a reopened store serves it."""
+    settings = make_settings()
+    send_results(settings, [fetch_result("https://c.example.org/p", b"<html>persist</html>")])
+    run_service(settings)
+    [event] = stored_events(settings, 1)
+    with ContentStore.from_settings(settings) as store:
+        assert store.get(event.url) == b"<html>persist</html>"

@@ -1,0 +1,82 @@
+"""index-compactor: a timer that makes new lake files servable, compacts and collects."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from crawlstream.index import IndexBuilder, IndexReader, read_manifest
+from crawlstream.lake import LakeWriter
+from crawlstream.services.index_compactor.main import IndexCompactor, build, max_live_files_per_partition
+from crawlstream.settings import Settings
+from crawlstream.urls import canonicalize
+from tests.services._support import host_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def write_files(root: Path, urls: list[str], *, dataset_id: int = 3) -> None:
+    """One lake file per call for the partition of these URLs (as one sink flush would)."""
+    writer = LakeWriter(root)
+    for u in urls:
+        writer.add_canonical(dataset_id, canonicalize(u))
+    writer.flush()
+
+
+def served_urls(root: Path, domain: str, dataset_id: int) -> tuple[int, list[str]]:
+    reader = IndexReader(root)
+    try:
+        with reader.pin() as idx:
+            page = idx.urls(domain, dataset_id, 0, 1000)
+            assert page is not None
+            return page.total, [i.url for i in page.items]
+    finally:
+        reader.close()
+
+
+def test_one_tick_builds_a_version_the_reader_answers(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings()
+    root = settings.data_dir
+    write_files(root, [f"https://www.example.com/a/{i}" for i in range(10)])
+    with host_for(settings) as host:
+        compactor = build(host)
+        tick = compactor.run_once()
+        assert tick.build.version is not None and tick.build.files_scanned == 1
+        assert served_urls(root, "example.com", 3) == (10, sorted(f"https://www.example.com/a/{i}" for i in range(10)))
+        assert compactor.run_once().build.version is None, "nothing new: no version written"
+
+
+def test_fragmented_partition_is_compacted_and_answers_stay_the_same(tmp_path: Path) -> None:
+    root = tmp_path
+    urls = [f"https://shop.example.com/p/{i}" for i in range(12)]
+    for chunk in (urls[:4], urls[4:8], urls[8:], urls[:2]):  # 4 flushes, one of them a replay
+        write_files(root, chunk)
+    compactor = IndexCompactor(IndexBuilder(root, keep_versions=2), interval_s=60, compact_min_files=3)
+    tick = compactor.run_once()
+    assert tick.compaction is not None and tick.compaction.compacted_partitions == 1
+    assert max_live_files_per_partition(root) == 1
+    assert served_urls(root, "example.com", 3) == (12, sorted(urls))
+    manifest = read_manifest(root)
+    assert manifest is not None and len(manifest.versions) <= 2, "gc keeps index.keep_versions"
+
+
+def test_stop_returns_within_a_second(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(CRAWLSTREAM_INDEX_BUILD_INTERVAL_S="30")
+    write_files(settings.data_dir, ["https://example.org/x"])
+    with host_for(settings) as host:
+        compactor = build(host)
+        thread = threading.Thread(target=compactor.run)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while compactor.ticks == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert compactor.ticks == 1 and compactor.versions_flipped == 1
+        started = time.monotonic()
+        compactor.stop()
+        thread.join(5)
+        assert not thread.is_alive() and time.monotonic() - started < 1.0
+        compactor.close()
