@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
 from crawlstream.bus import KafkaBus, Message, TopicPartition, open_bus
 from crawlstream.bus._kafka import KafkaConsumer
 from crawlstream.bus.testing import AUTO_CREATED_PARTITIONS, MockKafkaCluster
@@ -246,3 +248,14 @@ def test_malformed_extra_config_is_a_config_error(cluster: MockKafkaCluster) -> 
     )
     with pytest.raises(ConfigError, match="key=value"):
         open_bus(settings)
+
+
+def test_open_bus_chooses_the_embedded_log_in_the_data_dir_without_bootstrap_servers(tmp_path: Path) -> None:
+    bus = open_bus(Settings(data_dir=tmp_path, bus=BusSettings(partitions=2)))
+    try:
+        assert not isinstance(bus, KafkaBus)
+        bus.create_topics(["factory.embedded"], 2)
+        assert bus.partition_count("factory.embedded") == 2
+    finally:
+        bus.close()
+    assert (tmp_path / "bus").is_dir()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from crawlstream.bus import KafkaBus
 from crawlstream.bus.testing import AUTO_CREATED_PARTITIONS, MockKafkaCluster
 

@@ -236,6 +236,7 @@ class KafkaConsumer(Consumer):
         self._cooperative = self._config.get("partition.assignment.strategy") == _COOPERATIVE
         self._consumer = confluent_kafka.Consumer(self._config)
         self._positions: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
         self._assigning: set[TopicPartition] | None = None
         self._pending_seeks: dict[TopicPartition, int] = {}
         self._skip_before_ms: dict[TopicPartition, int] = {}
@@ -320,6 +321,7 @@ class KafkaConsumer(Consumer):
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
             self._positions.pop(tp, None)
+            self._committed.pop(tp, None)
             self._pending_seeks.pop(tp, None)
             self._skip_before_ms.pop(tp, None)
 
@@ -373,8 +375,13 @@ class KafkaConsumer(Consumer):
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         if offsets is None:
+            # Only what moved since the last commit: a loop may commit after every poll.
             owned = set(self.assignment())
-            offsets = {tp: pos for tp, pos in self._positions.items() if tp in owned}
+            offsets = {
+                tp: pos
+                for tp, pos in self._positions.items()
+                if tp in owned and self._committed.get(tp) != pos
+            }
         if not offsets:
             return
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition, pos) for tp, pos in offsets.items()]
@@ -385,6 +392,7 @@ class KafkaConsumer(Consumer):
         failed = [tp for tp in result or [] if tp.error is not None]
         if failed:
             raise BusUnavailable(f"commit failed for {[(_tp(tp), tp.error) for tp in failed]}")
+        self._committed.update(offsets)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]

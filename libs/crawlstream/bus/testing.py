@@ -23,7 +23,6 @@ import select
 import subprocess
 import sys
 import tempfile
-import time
 from types import TracebackType
 from typing import Any, Final
 
@@ -141,14 +140,3 @@ class MockKafkaCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or ``timeout_s`` passes; returns its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
