@@ -46,3 +46,13 @@ def test_cli_exits_2_on_bad_configuration(capsys: pytest.CaptureFixture[str]) ->
         main(["settings", "--bus-partitions", "5"])
     assert exc.value.code == 2
     assert "--bus-partitions" in capsys.readouterr().err
+
+
+def test_settings_document_is_current() -> None:
+    """docs/SETTINGS.md is generated; regenerate with `crawlstream settings --markdown`."""
+    from pathlib import Path
+
+    from crawlstream.cli._settings import markdown_table
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md"
+    assert path.read_text() == markdown_table(), "run: crawlstream settings --markdown > docs/SETTINGS.md"
