@@ -23,6 +23,8 @@ Contract:
   ``/openapi.json`` stay open (probes and scrapers carry no token).
 * Nothing here logs URLs, domains of requests or tokens (seed §8): logs carry the route
   template, status, latency and request id.
+* Content read / delete / search over the :class:`~crawlstream.store.ContentStore` (optional
+  ``store``): ``_content`` docstring.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from crawlstream.api._acl import OPEN, Acl, Grant
+from crawlstream.api._content import add_content_routes
 from crawlstream.api._inputs import (
     ApiError,
     format_ts,
@@ -57,6 +60,7 @@ from crawlstream.errors import TransientError
 if TYPE_CHECKING:
     from crawlstream.index import IndexReader, PinnedIndex
     from crawlstream.settings import Settings
+    from crawlstream.store import ContentStore
 
 __all__ = ["REQUEST_ID_HEADER", "RUNNER_OPTIONS", "VERSION_HEADER", "create_app", "from_settings", "serve"]
 
@@ -99,6 +103,7 @@ class QueryApi:
         metrics: ApiMetrics,
         executor_threads: int,
         request_timeout_s: float,
+        content: bool = False,
     ) -> None:
         self.reader = reader
         self.max_limit = max_limit
@@ -110,7 +115,9 @@ class QueryApi:
             ThreadPoolExecutor(executor_threads, thread_name_prefix="query-api") if executor_threads > 0 else None
         )
         self.openapi = _encode(
-            openapi_document(max_limit=max_limit, default_limit=self.default_limit, secured=acl is not None)
+            openapi_document(
+                max_limit=max_limit, default_limit=self.default_limit, secured=acl is not None, content=content
+            )
         )
 
     # -- plumbing --------------------------------------------------------------------------
@@ -313,11 +320,14 @@ def create_app(
     default_limit: int = 100,
     executor_threads: int = 4,
     request_timeout_s: float = 10.0,
+    store: ContentStore | None = None,
 ) -> web.Application:
-    """The application. The caller owns ``reader`` (close it after the app is cleaned up).
+    """The application. The caller owns ``reader`` and ``store`` (close them after the app is cleaned up).
 
     ``registry`` receives this app's metrics and is what ``/metrics`` exposes; pass a fresh
     ``CollectorRegistry`` per app in tests (names can be registered once per registry).
+    ``store``: serves ``/v1/content*`` (and documents them in ``/openapi.json``); without one
+    those routes answer 503.
     """
     api = QueryApi(
         reader,
@@ -327,6 +337,7 @@ def create_app(
         metrics=ApiMetrics(registry),
         executor_threads=executor_threads,
         request_timeout_s=request_timeout_s,
+        content=store is not None,
     )
     app = web.Application(middlewares=[_middleware(api)], client_max_size=64 * 1024)
     app[_APP_KEY] = api
@@ -334,6 +345,7 @@ def create_app(
     app.router.add_get("/v1/domain/{domain}", api.domain)
     app.router.add_get("/v1/domain/{domain}/datasets/{dataset_id}/urls", api.urls)
     app.router.add_get("/v1/url", api.url)
+    add_content_routes(app, api, store, registry)
     app.router.add_get("/healthz", api.healthz)
     app.router.add_get("/metrics", api.metrics_endpoint)
     app.router.add_get("/openapi.json", api.openapi_endpoint)
@@ -342,11 +354,17 @@ def create_app(
 
 
 def from_settings(settings: Settings, *, registry: CollectorRegistry | None = None) -> web.Application:
-    """The app over ``<data_dir>/index``; the reader it opens is closed on app cleanup."""
+    """The app over ``<data_dir>/index`` (and ``<data_dir>/store`` if it exists); what it opens
+    is closed on app cleanup."""
     from crawlstream.index import IndexReader
+    from crawlstream.store import ContentStore
 
     acl = Acl.from_file(settings.api.tokens_file) if settings.api.tokens_file is not None else None
     reader = IndexReader.from_settings(settings)
+    # The store has one writer per root and opening it repairs torn tails: only open it when
+    # no bucket compressor writes there (ApiSettings.serve_content; `crawlstream demo` does).
+    serve_content = settings.api.serve_content and (settings.data_dir / "store").is_dir()
+    store = ContentStore.from_settings(settings) if serve_content else None
     app = create_app(
         reader,
         max_limit=settings.api.max_limit,
@@ -355,10 +373,13 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
         default_limit=settings.api.default_limit,
         executor_threads=settings.api.executor_threads,
         request_timeout_s=settings.api.request_timeout_s,
+        store=store,
     )
 
     async def close_reader(app: web.Application) -> None:
         reader.close()
+        if store is not None:
+            store.close()
 
     app.on_cleanup.append(close_reader)
     return app
@@ -368,12 +389,13 @@ def serve(settings: Settings) -> int:
     """Run the API on ``settings.api.host:port`` until SIGINT/SIGTERM (blocking)."""
     app = from_settings(settings)
     logger.info(
-        "query API listening on http://%s:%d (index under %s, ACL %s, max_limit %d)",
+        "query API listening on http://%s:%d (index under %s, ACL %s, max_limit %d, content store %s)",
         settings.api.host,
         settings.api.port,
         settings.data_dir,
         "on" if settings.api.tokens_file else "off",
         settings.api.max_limit,
+        "on" if (settings.data_dir / "store").is_dir() else "off",
     )
     web.run_app(app, host=settings.api.host, port=settings.api.port, print=None, **RUNNER_OPTIONS)
     return 0

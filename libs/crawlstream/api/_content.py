@@ -50,8 +50,12 @@ logger = logging.getLogger(__name__)
 CONTENT_HASH_HEADER = "X-Content-Hash"
 URL_KEY_HEADER = "X-Url-Key"
 FETCHED_AT_HEADER = "X-Fetched-At"
-MAX_PATH_PREFIX_CHARS = 2048
-MAX_TAG_CHARS = 256
+# Caps sized so a request with every filter at its cap fits aiohttp's 8190-byte request line
+# even when each character is a percent-encoded 4-byte UTF-8 sequence (12 bytes):
+# (256 + 128 + 253) * 12 = 7644 bytes. A longer line is a 400 from aiohttp itself (text/plain).
+MAX_PATH_PREFIX_CHARS = 256
+MAX_TAG_CHARS = 128
+MAX_DOMAIN_CHARS = 253
 _FALLBACK_TYPE = "application/octet-stream"
 # A stored content type is echoed only if it is a plain `type/subtype[; params]` of visible
 # ASCII: anything else (CR/LF, non-ASCII) could split or corrupt the response headers.
@@ -209,7 +213,7 @@ class ContentApi:
     async def search(self, request: web.Request) -> web.Response:
         store, _ = self._ready(request)
         query = request.query
-        raw_domain = query_param(query, "domain")
+        raw_domain = _text_filter(query, "domain", MAX_DOMAIN_CHARS)
         domain = reduce_to_domain(raw_domain) if raw_domain else None
         path_prefix = _text_filter(query, "path_prefix", MAX_PATH_PREFIX_CHARS)
         if path_prefix is not None and not path_prefix.startswith("/"):
@@ -219,7 +223,9 @@ class ContentApi:
         tag = _text_filter(query, "tag", MAX_TAG_CHARS)
         if domain is None and path_prefix is None and tag is None:
             raise ApiError(
-                400, "missing_filter", "expected at least one of domain=, path_prefix=, tag= (a full listing is not served)"
+                400,
+                "missing_filter",
+                "expected at least one of domain=, path_prefix=, tag= (a full listing is not served)",
             )
         offset, limit = parse_page(query, default_limit=self.api.default_limit, max_limit=self.api.max_limit)
 

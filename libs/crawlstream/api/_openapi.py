@@ -2,13 +2,15 @@
 
 It is generated from the same limits the handlers enforce (``max_limit``, the id ranges),
 and declares bearer auth only when an ACL is configured, so a property-based client
-(schemathesis) can hold the server to it.
+(schemathesis) can hold the server to it. The content routes are listed only when a content
+store is configured (without one they exist but answer 503).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from crawlstream.api._content import MAX_DOMAIN_CHARS, MAX_PATH_PREFIX_CHARS, MAX_TAG_CHARS
 from crawlstream.api._inputs import MAX_DATASET_ID, MAX_OFFSET
 
 __all__ = ["openapi_document"]
@@ -32,7 +34,7 @@ def _response(description: str, schema: str, *, versioned: bool = True) -> dict[
     return out
 
 
-def openapi_document(*, max_limit: int, default_limit: int, secured: bool) -> dict[str, Any]:
+def openapi_document(*, max_limit: int, default_limit: int, secured: bool, content: bool = False) -> dict[str, Any]:
     errors = {
         "400": _response("invalid input; `message` says what was expected", "Error"),
         "404": _response("unknown domain or dataset (or not visible to this token)", "Error"),
@@ -136,6 +138,8 @@ def openapi_document(*, max_limit: int, default_limit: int, secured: bool) -> di
             }
         },
     }
+    if content:
+        paths.update(_content_paths(max_limit=max_limit, default_limit=default_limit, secured=secured))
     version = {"type": "string", "description": "index version the answer was computed from"}
     schemas: dict[str, Any] = {
         "DatasetCount": {
@@ -203,6 +207,37 @@ def openapi_document(*, max_limit: int, default_limit: int, secured: bool) -> di
                 "message": {"type": "string"},
             },
         },
+        "ContentItem": {
+            "type": "object",
+            "required": ["url", "url_key", "content_type", "title", "size", "fetched_at", "tags"],
+            "properties": {
+                "url": {"type": "string", "description": "canonical form"},
+                "url_key": {"type": "integer", "minimum": 0},
+                "content_type": {"type": "string", "nullable": True},
+                "title": {"type": "string", "nullable": True},
+                "size": {"type": "integer", "minimum": 0, "description": "body size in bytes, uncompressed"},
+                "fetched_at": {"type": "string", "nullable": True, "description": "ISO 8601 UTC"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "ContentPage": {
+            "type": "object",
+            "required": ["filters", "total", "items", "next_offset"],
+            "properties": {
+                "filters": {
+                    "type": "object",
+                    "description": "the filters applied (domain reduced to the registered domain)",
+                    "properties": {
+                        "domain": {"type": "string", "nullable": True},
+                        "path_prefix": {"type": "string", "nullable": True},
+                        "tag": {"type": "string", "nullable": True},
+                    },
+                },
+                "total": {"type": "integer", "minimum": 0, "description": "exact count of matching URLs"},
+                "items": {"type": "array", "items": _ref("ContentItem")},
+                "next_offset": {"type": "integer", "minimum": 0, "nullable": True},
+            },
+        },
         "Error": {
             "type": "object",
             "required": ["error", "message", "request_id"],
@@ -228,3 +263,103 @@ def openapi_document(*, max_limit: int, default_limit: int, secured: bool) -> di
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         doc["security"] = [{"bearer": []}]
     return doc
+
+
+def _content_paths(*, max_limit: int, default_limit: int, secured: bool) -> dict[str, Any]:
+    def error(description: str) -> dict[str, Any]:
+        return _response(description, "Error", versioned=False)
+
+    common = {
+        "400": error("invalid input; `message` says what was expected"),
+        "503": error("no content store is configured, it cannot be read, or the request timed out"),
+    }
+    if secured:
+        common["401"] = error("missing or unknown bearer token")
+        common["403"] = error("the token is limited to some datasets (content needs '*'), or may not delete")
+    url_param = {
+        "name": "url",
+        "in": "query",
+        "required": True,
+        "description": "an absolute http(s) URL; canonicalized as the store does",
+        "schema": {"type": "string", "minLength": 1},
+    }
+    text = {"type": "string", "description": "stored value"}
+    body_headers = {
+        "X-Content-Hash": {"description": "xxh3-128 of the body, hex", "schema": text},
+        "X-Url-Key": {"description": "int63 url_key (schemas/URL_KEYS.md)", "schema": text},
+        "X-Fetched-At": {"description": "when the page was fetched, ISO 8601 UTC", "schema": text},
+    }
+    page_params = [
+        {
+            "name": "offset",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+        },
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "description": f"page size; more than {max_limit} is rejected (400), not clamped",
+            "schema": {"type": "integer", "minimum": 1, "maximum": max_limit, "default": default_limit},
+        },
+    ]
+    return {
+        "/v1/content": {
+            "get": {
+                "operationId": "readContent",
+                "summary": "The stored body of a URL, byte for byte, with its stored content type",
+                "parameters": [url_param],
+                "responses": {
+                    "200": {
+                        "description": "the body (served with `Content-Security-Policy: sandbox`)",
+                        "headers": body_headers,
+                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    "404": error("no content is stored for this URL (never stored, or deleted)"),
+                    "502": error("the stored record is damaged and quarantined: it is not served"),
+                    **common,
+                },
+            },
+            "delete": {
+                "operationId": "deleteContent",
+                "summary": "Delete the stored content of a URL (effective at once)",
+                "parameters": [url_param],
+                "responses": {
+                    "204": {"description": "deleted"},
+                    "404": error("no content is stored for this URL"),
+                    **common,
+                },
+            },
+        },
+        "/v1/content/search": {
+            "get": {
+                "operationId": "searchContent",
+                "summary": "Stored pages by domain, path prefix and/or tag (at least one), in URL order",
+                "parameters": [
+                    {
+                        "name": "domain",
+                        "in": "query",
+                        "required": False,
+                        "description": "registered domain, host or URL; reduced to the registered domain",
+                        "schema": {"type": "string", "maxLength": MAX_DOMAIN_CHARS},
+                    },
+                    {
+                        "name": "path_prefix",
+                        "in": "query",
+                        "required": False,
+                        "description": "prefix of the canonical path and query, starting with '/'",
+                        "schema": {"type": "string", "maxLength": MAX_PATH_PREFIX_CHARS},
+                    },
+                    {
+                        "name": "tag",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "maxLength": MAX_TAG_CHARS},
+                    },
+                    *page_params,
+                ],
+                "responses": {"200": _response("one page of matches", "ContentPage", versioned=False), **common},
+            }
+        },
+    }

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = dataclasses.replace(
         settings,
         fetch=dataclasses.replace(settings.fetch, allow_private_networks=True),
+        api=dataclasses.replace(settings.api, serve_content=True),
     )
     with DemoWeb(args.domains, pages_per_domain=args.pages_per_domain) as web:
         logger.info("demo web: %d domains on 127.0.0.1:%d", args.domains, web.port)

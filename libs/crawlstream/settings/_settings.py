@@ -248,6 +248,11 @@ class ApiSettings:
         "a page or URL lookup whose index work takes longer gets a 503 (seed §9: timeouts per step)",
         check=positive,
     )
+    serve_content: bool = setting(
+        False,
+        "serve /v1/content from <data_dir>/store; the API then opens the store as its writer, so enable "
+        "it only where no bucket-compressor writes that store (crawlstream demo does, after its crawl)",
+    )
 
 
 @dataclass(frozen=True)
