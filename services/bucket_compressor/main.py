@@ -29,7 +29,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.errors import BadDataError
 from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
 from crawlstream.links import decode_html
-from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore
@@ -164,24 +164,7 @@ class CompressHandler(EventHandler):
         self._pending.clear()
 
 
-class BucketCompressorService:
-    def __init__(self, loop: ServiceLoop, handler: CompressHandler, store: ContentStore) -> None:
-        self.loop = loop
-        self.handler = handler
-        self.store = store
-
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        self.loop.close()
-        self.store.close()
-
-
-def build(host: Host) -> BucketCompressorService:
+def build(host: Host) -> LoopService:
     """Wire the service on ``<data_dir>/store`` (one writer process per store root)."""
     settings = host.settings
     store = ContentStore.from_settings(settings)
@@ -201,7 +184,7 @@ def build(host: Host) -> BucketCompressorService:
         registry=host.registry,
         stop_event=host.stop_event,
     )
-    return BucketCompressorService(loop, handler, store)
+    return LoopService(loop, handler, on_close=store.close)
 
 
 def run(settings: Settings) -> int:

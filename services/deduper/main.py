@@ -15,7 +15,7 @@ from collections.abc import Callable
 from crawlstream.bus import Consumer, Message, TopicPartition
 from crawlstream.dedupe import Deduper
 from crawlstream.events import DiscoveredUrl, EventProducer
-from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER
@@ -96,23 +96,7 @@ class DedupeHandler(EventHandler):
         self._last_snapshot = self._clock()
 
 
-class DeduperService:
-    def __init__(self, loop: ServiceLoop, handler: DedupeHandler) -> None:
-        self.loop = loop
-        self.handler = handler
-
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        self.handler.snapshot()
-        self.loop.close()
-
-
-def build(host: Host) -> DeduperService:
+def build(host: Host) -> LoopService:
     settings = host.settings
     consumer = host.bus.consumer(GROUP)
     out = host.event_producer()
@@ -129,7 +113,7 @@ def build(host: Host) -> DeduperService:
         registry=host.registry,
         stop_event=host.stop_event,
     )
-    return DeduperService(loop, handler)
+    return LoopService(loop, handler, on_close=handler.snapshot)
 
 
 def run(settings: Settings) -> int:

@@ -15,7 +15,7 @@ import zstandard
 from crawlstream.bus import Message
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
-from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
@@ -81,23 +81,7 @@ class FetchHandler(EventHandler):
         self._aio.close()
 
 
-class FetcherService:
-    def __init__(self, loop: ServiceLoop, handler: FetchHandler) -> None:
-        self.loop = loop
-        self.handler = handler
-
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        self.loop.close()
-        self.handler.close()
-
-
-def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> FetcherService:
+def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> LoopService:
     settings = host.settings
     consumer = host.bus.consumer(GROUP)
     out = host.event_producer()
@@ -115,7 +99,7 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         registry=host.registry,
         stop_event=host.stop_event,
     )
-    return FetcherService(loop, handler)
+    return LoopService(loop, handler, on_close=handler.close)
 
 
 def run(settings: Settings) -> int:

@@ -17,7 +17,7 @@ from crawlstream.bus import Message
 from crawlstream.errors import BadDataError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchResult
 from crawlstream.links import Scope, extract_links
-from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED
@@ -101,41 +101,26 @@ class LinkHandler(EventHandler):
         self.discovered += 1
 
 
-class LinkExtractorService:
-    def __init__(self, loop: ServiceLoop) -> None:
-        self.loop = loop
-
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        self.loop.close()
-
-
-def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LinkExtractorService:
+def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LoopService:
     settings = host.settings
     domains = allowed_domains if allowed_domains is not None else (
         frozenset(settings.crawl.allowed_domains) or None
     )
     out = host.event_producer()
+    handler = LinkHandler(out, Scope.from_settings(settings, domains), settings.fetch.max_body_bytes, host.registry)
     loop = ServiceLoop(
         service="link-extractor",
         consumer=host.bus.consumer(GROUP),
         topics=list(TOPICS),
         codec=host.codec,
-        handler=LinkHandler(
-            out, Scope.from_settings(settings, domains), settings.fetch.max_body_bytes, host.registry
-        ),
+        handler=handler,
         dlq_producer=host.bus.producer(),
         producers=[out],
         poll_timeout_s=settings.bus.poll_timeout_s,
         registry=host.registry,
         stop_event=host.stop_event,
     )
-    return LinkExtractorService(loop)
+    return LoopService(loop, handler)
 
 
 def run(settings: Settings) -> int:

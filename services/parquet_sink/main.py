@@ -33,7 +33,7 @@ from crawlstream.bus import Message
 from crawlstream.errors import BadDataError
 from crawlstream.events import ContentStored, UrlRecord
 from crawlstream.lake import LakeWriter, WrittenFile
-from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.services.parquet_sink._staging import Row, StagingLog, orphaned_logs
 from crawlstream.settings import Settings
@@ -161,23 +161,18 @@ class SinkHandler(EventHandler):
         return written
 
 
-class ParquetSinkService:
+class ParquetSinkService(LoopService):
+    """The loop plus its staging log: closing leaves the group, then publishes what is staged
+    (a clean stop leaves no staged rows)."""
+
     def __init__(self, loop: ServiceLoop, handler: SinkHandler, staging: StagingLog) -> None:
-        self.loop = loop
-        self.handler = handler
+        super().__init__(loop, handler, on_close=self._publish)
         self.staging = staging
+        self._sink = handler
 
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        """Leave the group, publish what is staged (a clean stop leaves no staged rows)."""
+    def _publish(self) -> None:
         try:
-            self.loop.close()
-            self.handler.flush()
+            self._sink.flush()
         finally:
             self.staging.close()
 

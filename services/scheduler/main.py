@@ -15,7 +15,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
 from crawlstream.frontier import FrontierEntry
 from crawlstream.politeness import FetchOutcome, Scheduler
-from crawlstream.runtime import EventHandler, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS, URLS_FRONTIER
@@ -137,22 +137,7 @@ class ScheduleHandler(EventHandler):
         return waiting, in_flight
 
 
-class SchedulerService:
-    def __init__(self, loop: ServiceLoop, handler: ScheduleHandler) -> None:
-        self.loop = loop
-        self.handler = handler
-
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        self.loop.close()
-
-
-def build(host: Host) -> SchedulerService:
+def build(host: Host) -> LoopService:
     settings = host.settings
     out = host.event_producer()
     handler = ScheduleHandler(
@@ -174,7 +159,7 @@ def build(host: Host) -> SchedulerService:
         registry=host.registry,
         stop_event=host.stop_event,
     )
-    return SchedulerService(loop, handler)
+    return LoopService(loop, handler)
 
 
 def run(settings: Settings) -> int:

@@ -95,7 +95,7 @@ def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict
     """A few answers of the two main queries, read back through the freshly built index."""
     with reader.pin() as index:
         out: dict[str, Any] = {"index_version": index.version, "domains": index.domain_count()}
-        answers = []
+        answers: list[dict[str, Any]] = []
         for domain in domains:
             datasets = index.datasets_for_domain(domain)
             if not datasets:

@@ -37,7 +37,7 @@ from crawlstream.crawl import (
 )
 from crawlstream.errors import ConfigError
 from crawlstream.politeness import Scheduler
-from crawlstream.runtime import ServiceLoop
+from crawlstream.runtime import LoopService, ServiceLoop
 from crawlstream.services import package_for
 from crawlstream.services._host import Host, open_host
 from crawlstream.settings import Settings
@@ -138,7 +138,7 @@ def run_crawl(
         registry=host.registry,
         stop_event=host.stop_event,
     )
-    stats_service = _StatsService(stats_loop, stats_handler)
+    stats_service = LoopService(stats_loop, stats_handler, on_close=stats_handler.save)
     specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,)))
 
     groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
@@ -174,22 +174,6 @@ def run_crawl(
         return runner.run()
     finally:
         probe.close()
-
-
-class _StatsService:
-    def __init__(self, loop: ServiceLoop, handler: StatsHandler) -> None:
-        self.loop = loop
-        self.handler = handler
-
-    def run(self) -> None:
-        self.loop.run()
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def close(self) -> None:
-        self.handler.save()
-        self.loop.close()
 
 
 def _no_offsets(topic: str) -> list[int]:

@@ -1,5 +1,5 @@
 """The service runtime: the consume-decode-handle-flush-commit loop every service runs."""
 
-from crawlstream.runtime._loop import EventHandler, Flushable, LoopMetrics, ServiceLoop
+from crawlstream.runtime._loop import EventHandler, Flushable, LoopMetrics, LoopService, ServiceLoop
 
-__all__ = ["EventHandler", "Flushable", "LoopMetrics", "ServiceLoop"]
+__all__ = ["EventHandler", "Flushable", "LoopMetrics", "LoopService", "ServiceLoop"]

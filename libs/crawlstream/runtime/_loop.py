@@ -29,7 +29,7 @@ from crawlstream.bus import Consumer, Message, Producer, TopicPartition
 from crawlstream.errors import BadDataError
 from crawlstream.events import TOPIC_EVENTS, EventCodec, dead_letter
 
-__all__ = ["EventHandler", "Flushable", "LoopMetrics", "ServiceLoop"]
+__all__ = ["EventHandler", "Flushable", "LoopMetrics", "LoopService", "ServiceLoop"]
 
 logger = logging.getLogger(__name__)
 
@@ -267,3 +267,30 @@ class ServiceLoop:
 
 def _describe(partitions: list[TopicPartition]) -> str:
     return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(partitions)) or "nothing"
+
+
+class LoopService:
+    """A built service around one ``ServiceLoop``: what ``crawlstream run`` and
+    ``crawlstream service <name>`` drive (``run`` blocks until ``stop``; ``close`` releases).
+
+    ``on_close`` runs after the loop has left its group, even if that failed: the place for
+    final snapshots and closing the handler's resources.
+    """
+
+    def __init__(self, loop: ServiceLoop, handler: EventHandler, *, on_close: Callable[[], None] | None = None) -> None:
+        self.loop = loop
+        self.handler = handler
+        self._on_close = on_close
+
+    def run(self) -> None:
+        self.loop.run()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        try:
+            self.loop.close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
