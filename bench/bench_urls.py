@@ -17,10 +17,9 @@ import time
 from collections import Counter
 from typing import Any
 
+from bench._harness import main, shared_data
 from crawlstream.errors import InvalidUrl
 from crawlstream.urls import CanonicalUrl, _canonical, _domains, _hashing, canonicalize, url_key
-
-from bench._harness import main, shared_data
 
 TARGET_URLS_PER_S = 150_000
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from crawlstream.errors import InvalidUrl
 from crawlstream.urls import MAX_URL_LENGTH, canonicalize
 from crawlstream.urls._canonical import _canonicalize_slow

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from crawlstream.errors import InvalidDomain
 from crawlstream.urls import canonicalize, registered_domain
 

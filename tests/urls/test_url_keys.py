@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 import xxhash
+from hypothesis import given
+from hypothesis import strategies as st
+
 from crawlstream.urls import (
     canonicalize,
     compose_key,
@@ -16,8 +19,6 @@ from crawlstream.urls import (
     url_key,
     url_keys,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 # Reference values from the FNV authors' test suite (isthe.com/chongo/tech/comp/fnv).
 FNV1A_64_VECTORS = [

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
 from crawlstream.errors import InvalidUrl
 from crawlstream.urls import canonicalize, domain_checksum, key_checksum, url_key
 from crawlstream.urls._canonical import _canonicalize_slow
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
 
 _LABEL = st.from_regex(r"[a-z0-9](?:[a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
 _TLD = st.sampled_from(

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import xxhash
+
 from crawlstream.urls import canonicalize, fnv1a_64_pure
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from crawlstream.errors import InvalidUrl
 from crawlstream.urls import canonicalize
 
