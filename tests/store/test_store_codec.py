@@ -10,47 +10,113 @@ from crawlstream.store import (
     KIND_BODY,
     KIND_REF,
     TornRecord,
+    UnsupportedFormat,
     content_hash,
+    decode_index_snapshot,
     decode_log_records,
+    decode_meta,
     decode_record_header,
+    encode_index_snapshot,
     encode_log_record,
+    encode_meta,
     encode_record,
     scan_records,
 )
 
 
-def _record(url: str, body: bytes, seq: int = 1) -> bytes:
-    frame = zstd.ZstdCompressor(level=3).compress(body)
+def _record(url: str, body: bytes, seq: int = 1, kind: int = KIND_BODY) -> bytes:
+    meta = encode_meta({"u": url, "t": "text/html", "n": None})
+    frame = zstd.ZstdCompressor(level=3).compress(meta + (body if kind == KIND_BODY else b""))
     return encode_record(
-        kind=KIND_BODY,
+        kind=kind,
         url_key=seq * 7,
         seq=seq,
         fetched_at_ms=1000,
         raw_size=len(body),
         chash=content_hash(body),
-        meta={"u": url},
+        meta_len=len(meta),
         frame=frame,
     )
 
 
-def test_record_header_round_trips_url_and_sizes() -> None:
+def test_record_header_round_trips_sizes_and_metadata_lives_in_the_frame() -> None:
     data = _record("http://a.example/x", b"hello" * 50, seq=3)
     header = decode_record_header(data)
-    assert (header.kind, header.url, header.seq, header.raw_size, header.record_size) == (
-        KIND_BODY,
-        "http://a.example/x",
-        3,
-        250,
-        len(data),
-    )
-    assert zstd.ZstdDecompressor().decompress(data[header.header_size :]) == b"hello" * 50
+    assert (header.kind, header.seq, header.raw_size, header.record_size) == (KIND_BODY, 3, 250, len(data))
+    assert b"a.example" not in data[: header.header_size]  # the fixed header carries no URL
+    content = zstd.ZstdDecompressor().decompress(data[header.header_size :])
+    assert len(content) == header.content_size
+    assert decode_meta(content[: header.meta_len]) == {"u": "http://a.example/x", "t": "text/html"}
+    assert content[header.meta_len :] == b"hello" * 50
 
 
-def test_segment_is_plain_zstd_stream_of_bodies() -> None:
-    """Skippable header frames make `zstd -d` over a segment yield the concatenated bodies."""
+def test_fixed_record_header_is_86_bytes() -> None:
+    data = _record("http://a.example/x", b"hello")
+    assert decode_record_header(data).header_size == 86
+
+
+def test_segment_is_plain_zstd_stream_of_metadata_lines_and_bodies() -> None:
+    """Skippable header frames make `zstd -d` over a segment yield each metadata line, then its body."""
     data = _record("http://a.example/1", b"one") + _record("http://a.example/2", b"two", 2)
     reader = zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True)
-    assert reader.read() == b"onetwo"
+    assert reader.read() == (
+        b'{"u":"http://a.example/1","t":"text/html"}\none{"u":"http://a.example/2","t":"text/html"}\ntwo'
+    )
+
+
+def test_version_one_record_is_refused_as_unsupported_format_not_misread() -> None:
+    import struct
+    import zlib
+
+    v1_body = struct.pack("<BBHIQQqQQ16sQI", 1, KIND_BODY, 0, 0, 1, 1, 0, 3, 12, b"\0" * 16, 0, 2) + b"{}"
+    payload = v1_body + struct.pack("<I", zlib.crc32(v1_body))
+    data = struct.pack("<II", 0x184D2A5D, len(payload)) + payload + b"\0" * 12
+    with pytest.raises(UnsupportedFormat, match="format version 1"):
+        decode_record_header(data)
+
+
+def test_index_snapshot_round_trips_entries_and_segment_ends() -> None:
+    def key_of(url: str) -> int:
+        return len(url)
+
+    records = [
+        {
+            "u": "https://b.example/x",
+            "k": 19,
+            "q": 4,
+            "l": ["cold/0000000002.seg", 10, 500, 32768, "cold"],
+            "h": "ab" * 16,
+            "z": 900,
+            "f": 123,
+            "t": "text/html",
+            "n": "B",
+            "s": 200,
+        },
+        {
+            "u": "https://a.example/y",
+            "k": 12345,  # not what key_of gives: a forced collision key, kept explicitly
+            "q": 5,
+            "l": ["cold/0000000002.seg", 510, 300, 0, "cold"],
+            "h": "cd" * 16,
+            "z": 10,
+            "f": 124,
+            "t": None,
+            "n": None,
+            "s": None,
+            "r": ["hot/0000000003.seg", 0, 0],
+        },
+    ]
+    blob = encode_index_snapshot(7, records, {"cold/0000000002.seg": 810}, key_of)
+    gen, decoded, ends = decode_index_snapshot(blob, key_of)
+    assert gen == 7 and ends == {"cold/0000000002.seg": 810}
+    assert sorted(decoded, key=lambda r: r["q"]) == records
+
+
+def test_damaged_index_snapshot_is_a_checksum_mismatch() -> None:
+    blob = bytearray(encode_index_snapshot(1, [], {}, len))
+    blob[len(blob) // 2] ^= 0xFF
+    with pytest.raises(ChecksumMismatch):
+        decode_index_snapshot(bytes(blob), len)
 
 
 def test_scan_reports_corrupt_record_and_keeps_the_next() -> None:
@@ -64,7 +130,7 @@ def test_scan_reports_corrupt_record_and_keeps_the_next() -> None:
     items = list(scan_records(bytes(data)))
     assert [i.problem for i in items] == ["", "corrupt", ""]
     assert items[1].offset == len(first) and items[1].length == len(second)
-    assert items[2].header is not None and items[2].header.url == "http://a.example/3"
+    assert items[2].header is not None and items[2].header.seq == 3
 
 
 def test_scan_reports_flipped_frame_byte_as_corrupt() -> None:
@@ -87,11 +153,11 @@ def test_header_with_bad_magic_is_a_checksum_mismatch() -> None:
         decode_record_header(b"\x00" * 200)
 
 
-def test_reference_record_has_no_frame() -> None:
-    data = encode_record(
-        kind=KIND_REF, url_key=1, seq=1, fetched_at_ms=0, raw_size=5, chash=content_hash(b"hello"), meta={"u": "u"}
-    )
-    assert decode_record_header(data).frame_size == 0
+def test_reference_record_frame_holds_only_its_metadata() -> None:
+    data = _record("http://a.example/r", b"hello", kind=KIND_REF)
+    header = decode_record_header(data)
+    assert header.kind == KIND_REF and header.raw_size == 5 and header.content_size == header.meta_len
+    assert zstd.ZstdDecompressor().decompress(data[header.header_size :]).endswith(b"\n")
 
 
 def test_log_decoding_stops_at_a_torn_tail_and_skips_bad_crc() -> None:

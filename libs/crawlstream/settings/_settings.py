@@ -155,6 +155,12 @@ class StoreSettings:
     dict_sample_divisor: int = setting(
         8, "a trained dictionary is sized sample bytes / this (then bounded by the size settings)", check=positive
     )
+    dict_preload_bytes: int = setting(
+        64 * 1024 * 1024,
+        "dictionary bytes loaded at store start-up (global first, then the largest), so the first read of "
+        "a domain does not pay for loading its dictionary; the rest load on first use",
+        check=positive,
+    )
     global_dict_min_samples: int = setting(32, "bodies needed before the global dictionary is trained", check=positive)
     large_body_bytes: int = setting(
         4 * 1024 * 1024, "bodies larger than this are compressed without a dictionary", check=positive

@@ -1,9 +1,10 @@
 """The content store: every page kept small and readable alone.
 
-Append-only segments of independently decompressible zstd frames (metadata in skippable
-frames, IIPC warc-zstd style), per-domain and global trained dictionaries, tiers
-hot/warm/cold/archive with crash-safe recompression, an index url_key -> location with
-tombstones and tags, checksums verified on every read and damaged regions quarantined.
+Append-only segments of independently decompressible zstd frames (fixed headers in skippable
+frames, IIPC warc-zstd style; URL/title metadata inside the compressed frame), per-domain and
+global trained dictionaries, tiers hot/warm/cold/archive with crash-safe recompression, an
+index url_key -> location (a zstd-compressed snapshot + a log) with tombstones and tags,
+checksums verified on every read and damaged regions quarantined.
 See docs/decisions/002-content-store-layout.md for the layout and its measurements.
 """
 
@@ -14,10 +15,15 @@ from crawlstream.store._codec import (
     RecordHeader,
     ScanItem,
     TornRecord,
+    UnsupportedFormat,
     content_hash,
+    decode_index_snapshot,
     decode_log_records,
+    decode_meta,
     decode_record_header,
+    encode_index_snapshot,
     encode_log_record,
+    encode_meta,
     encode_record,
     scan_records,
 )
@@ -43,11 +49,16 @@ __all__ = [
     "ScanItem",
     "StoreStats",
     "TornRecord",
+    "UnsupportedFormat",
     "VerifyReport",
     "content_hash",
+    "decode_index_snapshot",
     "decode_log_records",
+    "decode_meta",
     "decode_record_header",
+    "encode_index_snapshot",
     "encode_log_record",
+    "encode_meta",
     "encode_record",
     "export_warc",
     "scan_records",

@@ -1,20 +1,30 @@
-"""Byte layouts of the content store: segment records and CRC-framed log records.
+"""Byte layouts of the content store: segment records, CRC-framed log records, index snapshots.
 
 Pure: no I/O, no clock, no environment. An external reader can reproduce every layout
-here from this module alone (it mirrors the IIPC warc-zstd idea: metadata lives in zstd
-*skippable frames*, so ``zstd -d`` over a segment yields the concatenated bodies).
+here from this module alone (it mirrors the IIPC warc-zstd idea: the fixed record header
+lives in a zstd *skippable frame*, so ``zstd -d`` over a segment yields, per record, its
+metadata line followed by its body).
 
-Segment record (little endian)::
+Segment record, format version 2 (little endian)::
 
-    skippable frame: u32 magic 0x184D2A5D | u32 payload_size | payload
-      payload = HEADER (struct below) | meta (JSON, utf-8) | u32 crc32(HEADER + meta)
-    zstd frame: frame_size bytes (absent for REF records, which only name a content hash)
+    skippable frame: u32 magic 0x184D2A5D | u32 payload_size | HEADER | u32 crc32(HEADER)
+    zstd frame: frame_size bytes, decompressing to  meta (JSON line, meta_len bytes) | body
+    (REF records, which only name an identical stored body by content hash, have a frame
+    holding the metadata alone)
 
-HEADER = version u8, kind u8, pad u16, dict_id u32, url_key u64, seq u64,
-fetched_at_ms i64, raw_size u64, frame_size u64, content_hash 16 bytes (xxh3_128 of the
-raw body), frame_checksum u64 (xxh3_64 of the stored zstd frame), meta_len u32.
+HEADER = version u8 (2), kind u8, dict_id u32, url_key u64, seq u64, fetched_at_ms i64,
+raw_size u64, frame_size u64, content_hash 16 bytes (xxh3_128 of the raw body),
+frame_checksum u64 (xxh3_64 of the stored zstd frame), meta_len u32.
+
+The metadata (url, content type, title, status) sits inside the compressed frame so it
+compresses against the domain dictionary; the binary header is all a scan needs to frame,
+check and skip records.
 
 Log record: u32 payload_len | u32 crc32(payload) | payload (compact JSON object).
+
+Index snapshot (``index-<gen>.snap``): one zstd frame (content checksum on) of
+``b"CSIX2\n" | u32 json_len | JSON columns | 16-byte content hashes``; see
+``encode_index_snapshot``.
 """
 
 from __future__ import annotations
@@ -22,11 +32,12 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
+import zstandard as zstd
 
 from crawlstream.errors import BadDataError, ChecksumMismatch
 
@@ -34,13 +45,19 @@ __all__ = [
     "KIND_BODY",
     "KIND_REF",
     "SKIPPABLE_MAGIC",
+    "VERSION",
     "RecordHeader",
     "ScanItem",
     "TornRecord",
+    "UnsupportedFormat",
     "content_hash",
+    "decode_index_snapshot",
     "decode_log_records",
+    "decode_meta",
     "decode_record_header",
+    "encode_index_snapshot",
     "encode_log_record",
+    "encode_meta",
     "encode_record",
     "frame_checksum",
     "scan_records",
@@ -48,18 +65,25 @@ __all__ = [
 
 SKIPPABLE_MAGIC = 0x184D2A5D
 _SKIP = struct.Struct("<II")
-_HEADER = struct.Struct("<BBHIQQqQQ16sQI")
+_HEADER = struct.Struct("<BBIQQqQQ16sQI")
 _CRC = struct.Struct("<I")
 _LOG = struct.Struct("<II")
-VERSION = 1
+VERSION = 2
 KIND_BODY = 1
 KIND_REF = 2
 _MAGIC_BYTES = _SKIP.pack(SKIPPABLE_MAGIC, 0)[:4]
+_PAYLOAD_SIZE = _HEADER.size + _CRC.size
 MAX_META_BYTES = 1 << 20
+_SNAP_MAGIC = b"CSIX2\n"
+_U32 = struct.Struct("<I")
 
 
 class TornRecord(BadDataError):
     """The buffer ends inside a record: a write was cut short (crash), not corruption."""
+
+
+class UnsupportedFormat(BadDataError):
+    """Bytes written by another (older) version of the store layout: never read as data."""
 
 
 def content_hash(body: bytes) -> bytes:
@@ -71,9 +95,34 @@ def frame_checksum(frame: bytes | memoryview) -> int:
     return xxhash.xxh3_64_intdigest(frame)
 
 
+def encode_meta(meta: dict[str, Any]) -> bytes:
+    """The metadata line placed before the body inside the zstd frame (None values dropped)."""
+    data = json.dumps(
+        {k: v for k, v in meta.items() if v is not None}, separators=(",", ":"), ensure_ascii=False
+    ).encode()
+    if len(data) >= MAX_META_BYTES:
+        raise BadDataError(f"record metadata is {len(data)} bytes, over {MAX_META_BYTES}; shorten the title/url")
+    return data + b"\n"
+
+
+def decode_meta(data: bytes | memoryview) -> dict[str, Any]:
+    """Inverse of ``encode_meta``; ChecksumMismatch if the bytes are not a metadata line."""
+    try:
+        meta = json.loads(bytes(data))
+    except ValueError as exc:
+        raise ChecksumMismatch("record metadata inside the frame is not JSON") from exc
+    if not isinstance(meta, dict):
+        raise ChecksumMismatch("record metadata inside the frame is not a JSON object")
+    return meta
+
+
 @dataclass(frozen=True)
 class RecordHeader:
-    """What a segment record says about itself: enough to rebuild the index without the body."""
+    """The fixed binary header of a segment record (outside the compressed frame).
+
+    ``meta`` is filled only once the frame's metadata prefix has been decompressed (the
+    store does that; this pure module cannot, it has no dictionaries).
+    """
 
     kind: int
     dict_id: int
@@ -84,8 +133,9 @@ class RecordHeader:
     frame_size: int
     content_hash: bytes
     frame_checksum: int
+    meta_len: int = 0
+    header_size: int = 0  # bytes before the zstd frame (the whole skippable frame)
     meta: dict[str, Any] = field(default_factory=dict)
-    header_size: int = 0  # bytes before the zstd frame (skippable frame included)
 
     @property
     def url(self) -> str:
@@ -94,6 +144,11 @@ class RecordHeader:
     @property
     def record_size(self) -> int:
         return self.header_size + self.frame_size
+
+    @property
+    def content_size(self) -> int:
+        """Bytes the frame decompresses to: metadata line, then the body (BODY records)."""
+        return self.meta_len + (self.raw_size if self.kind == KIND_BODY else 0)
 
 
 def encode_record(
@@ -104,20 +159,22 @@ def encode_record(
     fetched_at_ms: int,
     raw_size: int,
     chash: bytes,
-    meta: dict[str, Any],
-    frame: bytes = b"",
+    meta_len: int,
+    frame: bytes,
     dict_id: int = 0,
 ) -> bytes:
-    """One record: skippable header frame followed by the zstd frame (if any)."""
+    """One record: skippable header frame followed by the zstd frame.
+
+    ``frame`` is the zstd compression of ``encode_meta(meta) + body`` (metadata alone for
+    REF records) and ``meta_len`` the length of that metadata line.
+    """
     if len(chash) != 16:
         raise ValueError(f"content hash must be 16 bytes (xxh3_128), got {len(chash)}")
-    meta_bytes = json.dumps(meta, separators=(",", ":"), ensure_ascii=False).encode()
-    if len(meta_bytes) > MAX_META_BYTES:
-        raise BadDataError(f"record metadata is {len(meta_bytes)} bytes, over {MAX_META_BYTES}; shorten the title/url")
+    if not frame:
+        raise ValueError("a record needs its zstd frame (metadata at least)")
     fixed = _HEADER.pack(
         VERSION,
         kind,
-        0,
         dict_id,
         url_key,
         seq,
@@ -125,19 +182,18 @@ def encode_record(
         raw_size,
         len(frame),
         chash,
-        frame_checksum(frame) if frame else 0,
-        len(meta_bytes),
+        frame_checksum(frame),
+        meta_len,
     )
-    body = fixed + meta_bytes
-    payload = body + _CRC.pack(zlib.crc32(body))
-    return _SKIP.pack(SKIPPABLE_MAGIC, len(payload)) + payload + frame
+    return _SKIP.pack(SKIPPABLE_MAGIC, _PAYLOAD_SIZE) + fixed + _CRC.pack(zlib.crc32(fixed)) + frame
 
 
 def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHeader:
     """Parse and check the header at ``offset``.
 
-    Raises TornRecord if ``buf`` ends before the header (or the frame) ends, and
-    ChecksumMismatch if the bytes there are not a valid header.
+    Raises TornRecord if ``buf`` ends before the header (or the frame) ends,
+    UnsupportedFormat for a valid header of another layout version, and ChecksumMismatch
+    if the bytes there are not a valid header.
     """
     view = memoryview(buf)
     end = len(view)
@@ -148,30 +204,41 @@ def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHead
         raise ChecksumMismatch(
             f"expected a record header (magic {SKIPPABLE_MAGIC:#x}) at offset {offset}, found {magic:#x}"
         )
-    if size < _HEADER.size + _CRC.size or size > _HEADER.size + _CRC.size + MAX_META_BYTES:
-        raise ChecksumMismatch(f"record header at offset {offset} declares an impossible size {size}")
     start = offset + _SKIP.size
+    if size != _PAYLOAD_SIZE:
+        if size >= 80 and start + size <= end and view[start] == 1 and _v1_crc_ok(view, start, size):
+            raise UnsupportedFormat(
+                f"record at offset {offset} is in store format version 1; this build reads version {VERSION}. "
+                "Re-ingest the pages into a new store directory (no migration exists)"
+            )
+        raise ChecksumMismatch(f"record header at offset {offset} declares an impossible size {size}")
     if start + size > end:
         raise TornRecord(f"record header at offset {offset} cut short")
-    body = view[start : start + size - _CRC.size]
-    (crc,) = _CRC.unpack_from(view, start + size - _CRC.size)
-    if zlib.crc32(body) != crc:
+    fixed = view[start : start + _HEADER.size]
+    (crc,) = _CRC.unpack_from(view, start + _HEADER.size)
+    if zlib.crc32(fixed) != crc:
         raise ChecksumMismatch(f"record header at offset {offset} fails its crc32")
-    (version, kind, _pad, dict_id, url_key, seq, fetched_at_ms, raw_size, frame_size, chash, fsum, meta_len) = (
-        _HEADER.unpack_from(body, 0)
+    (version, kind, dict_id, url_key, seq, fetched_at_ms, raw_size, frame_size, chash, fsum, meta_len) = (
+        _HEADER.unpack_from(fixed, 0)
     )
-    if version != VERSION or kind not in (KIND_BODY, KIND_REF) or _HEADER.size + meta_len != len(body):
-        raise ChecksumMismatch(f"record header at offset {offset} has version {version} kind {kind}: not understood")
-    try:
-        meta = json.loads(bytes(body[_HEADER.size :]))
-    except ValueError as exc:
-        raise ChecksumMismatch(f"record metadata at offset {offset} is not JSON") from exc
+    if version != VERSION:
+        raise UnsupportedFormat(
+            f"record at offset {offset} is in store format version {version}; this build reads version {VERSION}"
+        )
+    if kind not in (KIND_BODY, KIND_REF) or meta_len >= MAX_META_BYTES or not frame_size:
+        raise ChecksumMismatch(f"record header at offset {offset} has kind {kind}: not understood")
     header_size = _SKIP.size + size
     if offset + header_size + frame_size > end:
         raise TornRecord(f"record at offset {offset} ends past the end of the data")
     return RecordHeader(
-        kind, dict_id, url_key, seq, fetched_at_ms, raw_size, frame_size, bytes(chash), fsum, meta, header_size
+        kind, dict_id, url_key, seq, fetched_at_ms, raw_size, frame_size, bytes(chash), fsum, meta_len, header_size
     )
+
+
+def _v1_crc_ok(view: memoryview, start: int, size: int) -> bool:
+    """True if the payload is a well-formed version-1 header (crc32 over all but the last 4 bytes)."""
+    (crc,) = _CRC.unpack_from(view, start + size - _CRC.size)
+    return zlib.crc32(view[start : start + size - _CRC.size]) == crc
 
 
 @dataclass(frozen=True)
@@ -211,7 +278,7 @@ def scan_records(buf: bytes | memoryview, start: int = 0) -> Iterator[ScanItem]:
             yield ScanItem(pos, nxt - pos, None, "corrupt")
             pos = nxt
             continue
-        except ChecksumMismatch:
+        except (ChecksumMismatch, UnsupportedFormat):
             nxt = _resync(view, pos + 1)
             stop = end if nxt is None else nxt
             yield ScanItem(pos, stop - pos, None, "corrupt")
@@ -233,7 +300,7 @@ def _resync(view: memoryview, pos: int) -> int | None:
         try:
             decode_record_header(view, idx)
             return idx
-        except (ChecksumMismatch, TornRecord):
+        except (ChecksumMismatch, TornRecord, UnsupportedFormat):
             pos = idx + 1
 
 
@@ -267,3 +334,102 @@ def decode_log_records(buf: bytes) -> tuple[list[dict[str, Any]], int, int]:
                 skipped += 1
         pos = stop
     return out, pos, skipped
+
+
+def encode_index_snapshot(
+    gen: int, records: list[dict[str, Any]], ends: dict[str, int], key_of: Callable[[str], int]
+) -> bytes:
+    """The live index as one zstd frame of columns (sorted by URL so neighbours share prefixes).
+
+    ``records`` are index put entries (the dicts of the log). url_keys are not stored when
+    ``key_of(url)`` reproduces them; tiers are the segment's directory. ``ends`` maps each
+    segment to the end of its last indexed record (start-up re-indexes records past it).
+    """
+    recs = sorted(records, key=lambda r: r["u"])
+    segs: dict[str, int] = {}
+
+    def seg_id(name: str) -> int:
+        return segs.setdefault(name, len(segs))
+
+    cols: dict[str, Any] = {k: [] for k in ("u", "q", "ls", "lo", "ll", "ld", "z", "f", "t", "n", "s")}
+    kx: dict[str, int] = {}
+    refs: dict[str, list[int]] = {}
+    for i, r in enumerate(recs):
+        try:
+            same_key = key_of(r["u"]) == r["k"]
+        except BadDataError:
+            same_key = False
+        if not same_key:
+            kx[str(i)] = r["k"]
+        loc = r["l"]
+        cols["u"].append(r["u"])
+        cols["q"].append(r["q"])
+        cols["ls"].append(seg_id(loc[0]))
+        cols["lo"].append(loc[1])
+        cols["ll"].append(loc[2])
+        cols["ld"].append(loc[3])
+        cols["z"].append(r["z"])
+        cols["f"].append(r["f"])
+        cols["t"].append(r.get("t"))
+        cols["n"].append(r.get("n"))
+        cols["s"].append(r.get("s"))
+        if "r" in r:
+            refs[str(i)] = [seg_id(r["r"][0]), r["r"][1], r["r"][2]]
+    head = {"gen": gen, "segs": list(segs), "ends": ends, "kx": kx, "r": refs, **cols}
+    meta = json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode()
+    hashes = b"".join(bytes.fromhex(r["h"]) for r in recs)
+    content = _SNAP_MAGIC + _U32.pack(len(meta)) + meta + hashes
+    return zstd.ZstdCompressor(level=19, write_checksum=True).compress(content)
+
+
+def decode_index_snapshot(
+    data: bytes, key_of: Callable[[str], int]
+) -> tuple[int, list[dict[str, Any]], dict[str, int]]:
+    """Inverse of ``encode_index_snapshot``: (gen, put entries, segment ends).
+
+    ChecksumMismatch if the snapshot is damaged (zstd content checksum, layout) and
+    UnsupportedFormat if it is another layout version.
+    """
+    try:
+        content = zstd.ZstdDecompressor().decompress(data)
+    except zstd.ZstdError as exc:
+        raise ChecksumMismatch(f"index snapshot does not decompress: {exc}") from exc
+    if not content.startswith(_SNAP_MAGIC):
+        if content.startswith(b"CSIX"):
+            raise UnsupportedFormat(f"index snapshot is layout {content[:5]!r}, this build reads {_SNAP_MAGIC[:5]!r}")
+        raise ChecksumMismatch("index snapshot does not start with its magic")
+    pos = len(_SNAP_MAGIC)
+    (meta_len,) = _U32.unpack_from(content, pos)
+    pos += _U32.size
+    try:
+        head = json.loads(content[pos : pos + meta_len])
+        segs: list[str] = head["segs"]
+        n = len(head["u"])
+        hashes = content[pos + meta_len :]
+        if len(hashes) != 16 * n:
+            raise ChecksumMismatch(f"index snapshot holds {len(hashes)} hash bytes for {n} entries")
+        kx: dict[str, int] = head["kx"]
+        refs: dict[str, list[int]] = head["r"]
+        out: list[dict[str, Any]] = []
+        for i in range(n):
+            url = head["u"][i]
+            seg = segs[head["ls"][i]]
+            rec: dict[str, Any] = {
+                "u": url,
+                "k": kx[str(i)] if str(i) in kx else key_of(url),
+                "q": head["q"][i],
+                "l": [seg, head["lo"][i], head["ll"][i], head["ld"][i], seg.split("/", 1)[0]],
+                "h": hashes[16 * i : 16 * i + 16].hex(),
+                "z": head["z"][i],
+                "f": head["f"][i],
+                "t": head["t"][i],
+                "n": head["n"][i],
+                "s": head["s"][i],
+            }
+            ref = refs.get(str(i))
+            if ref is not None:
+                rec["r"] = [segs[ref[0]], ref[1], ref[2]]
+            out.append(rec)
+        return int(head["gen"]), out, {str(k): int(v) for k, v in head["ends"].items()}
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ChecksumMismatch(f"index snapshot is malformed: {exc!r}") from exc

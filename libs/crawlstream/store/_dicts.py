@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 GLOBAL_DOMAIN = "*"
 # Ids below 32768 are reserved by the zstd format for registered dictionaries.
 FIRST_DICT_ID = 32768
+_EMPTY_FRAME = zstd.ZstdCompressor(write_content_size=True).compress(b"")
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,31 @@ class DictionaryStore:
             dec = zstd.ZstdDecompressor(dict_data=self._dict(dict_id)) if dict_id else zstd.ZstdDecompressor()
             self._decompressors[dict_id] = dec
         return dec
+
+    def preload(self, budget_bytes: int) -> int:
+        """Load the current dictionaries (global first) into ready decompressors, up to ``budget_bytes``.
+
+        Moves the one-off cost of a dictionary (decompress its file, build the zstd DDict:
+        ~5 ms for a 4 MB one) from the first read of each domain to start-up. Returns the
+        dictionaries loaded; the rest load lazily on first use.
+        """
+        current = sorted(
+            (self._infos[i] for i in set(self._by_domain.values())),
+            key=lambda i: (i.domain != GLOBAL_DOMAIN, -i.size_bytes),
+        )
+        loaded = 0
+        used = 0
+        for info in current:
+            if used + info.size_bytes > budget_bytes:
+                continue
+            try:
+                self.decompressor(info.dict_id).decompress(_EMPTY_FRAME)  # builds the DDict now
+            except ChecksumMismatch as exc:
+                logger.error("dictionary %d not preloaded: %s", info.dict_id, exc)
+                continue
+            used += info.size_bytes
+            loaded += 1
+        return loaded
 
     def stored_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.directory.iterdir() if p.is_file())

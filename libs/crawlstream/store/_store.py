@@ -5,7 +5,10 @@ Owns everything under its root directory::
     segments/<tier>/<n>.seg    records (see _codec): independently decompressible frames
     segments/<tier>/<n>.seg.invalid   copies of quarantined (damaged) regions
     dicts/                     zstd dictionaries + dicts.log
-    index.log                  CRC-framed put entries: url -> location (rebuildable from segments)
+    FORMAT                     {"store_format": 2}: other layouts are refused, never misread
+    index-<gen>.snap           compacted live index (zstd-compressed columns), named by index.log
+    index.log                  {"snap": gen} then CRC-framed put entries since that snapshot:
+                               url -> location (both rebuildable from segments)
     ops.log                    CRC-framed tombstones and tag operations (not rebuildable)
     quarantine.log             damaged regions: never served again
 
@@ -23,6 +26,8 @@ Not thread-safe for concurrent writers across processes: one writer process per 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import threading
@@ -39,12 +44,18 @@ from crawlstream.errors import BadDataError, ChecksumMismatch, ConfigError
 from crawlstream.store._codec import (
     KIND_BODY,
     KIND_REF,
+    VERSION,
     RecordHeader,
     TornRecord,
+    UnsupportedFormat,
     content_hash,
+    decode_index_snapshot,
     decode_log_records,
+    decode_meta,
     decode_record_header,
+    encode_index_snapshot,
     encode_log_record,
+    encode_meta,
     encode_record,
     frame_checksum,
     scan_records,
@@ -119,8 +130,10 @@ class ContentStore:
         cold_level: int = 19,
         archive_level: int = 22,
         dict_min_samples: int = 8,
-        dict_size_bytes: int = 256 * 1024,
-        global_dict_size_bytes: int = 512 * 1024,
+        dict_size_bytes: int = 1024 * 1024,
+        global_dict_size_bytes: int = 4 * 1024 * 1024,
+        dict_sample_divisor: int = 8,
+        dict_preload_bytes: int = 64 * 1024 * 1024,
         global_dict_min_samples: int = 32,
         large_body_bytes: int = 4 * 1024 * 1024,
         segment_bytes: int = 64 * 1024 * 1024,
@@ -139,6 +152,8 @@ class ContentStore:
         self.dict_min_samples = dict_min_samples
         self.dict_size_bytes = dict_size_bytes
         self.global_dict_size_bytes = global_dict_size_bytes
+        self.dict_sample_divisor = max(1, dict_sample_divisor)
+        self.dict_preload_bytes = dict_preload_bytes
         self.global_dict_min_samples = global_dict_min_samples
         self.large_body_bytes = large_body_bytes
         self.segment_bytes = segment_bytes
@@ -156,6 +171,8 @@ class ContentStore:
         self._reads = ReadCache()
         self._active: AppendFile | None = None
         self._active_name = ""
+        self._snap_gen = 0
+        self._indexed_end: dict[str, int] = {}
         self.recovered_records = 0
         self._open()
 
@@ -170,6 +187,8 @@ class ContentStore:
             dict_min_samples=s.dict_min_samples,
             dict_size_bytes=s.dict_size_bytes,
             global_dict_size_bytes=s.global_dict_size_bytes,
+            dict_sample_divisor=s.dict_sample_divisor,
+            dict_preload_bytes=s.dict_preload_bytes,
             global_dict_min_samples=s.global_dict_min_samples,
             large_body_bytes=s.large_body_bytes,
             segment_bytes=s.segment_bytes,
@@ -184,18 +203,132 @@ class ContentStore:
     # ------------------------------------------------------------------ start-up
 
     def _open(self) -> None:
+        self._check_format()
         (self.root / "segments").mkdir(parents=True, exist_ok=True)
         self.dicts = DictionaryStore(self.root / "dicts", fsync=self.fsync != "never")
-        puts = self._read_log(self.root / "index.log")
+        self.dicts.preload(self.dict_preload_bytes)
+        puts, snapshot_ok = self._read_index()
         ops = self._read_log(self.root / "ops.log")
         for rec in self._read_log(self.root / "quarantine.log"):
             self._quarantined.add((rec["seg"], rec["off"]))
         self._index_log = AppendFile(self.root / "index.log", fsync_each=self.fsync == "always")
         self._ops_log = AppendFile(self.root / "ops.log", fsync_each=self.fsync == "always")
         self._quarantine_log = AppendFile(self.root / "quarantine.log", fsync_each=self.fsync != "never")
-        puts.extend(self._recover_segment_tails(puts))
-        self._build_memory(puts, ops)
+        if not snapshot_ok:
+            self.rebuild_index()
+        else:
+            puts.extend(self._recover_segment_tails(puts))
+            self._build_memory(puts, ops)
         self._collect_garbage()
+
+    def _check_format(self) -> None:
+        """Refuse a root written by another layout version (no migration: a clear error instead)."""
+        marker = self.root / "FORMAT"
+        if marker.exists():
+            try:
+                found = json.loads(marker.read_text()).get("store_format")
+            except (ValueError, AttributeError):
+                found = None
+            if found != VERSION:
+                raise UnsupportedFormat(
+                    f"store {self.root} is in format {found!r}, this build reads format {VERSION}; "
+                    "open it with the build that wrote it, or re-ingest into a new store directory"
+                )
+            return
+        if (self.root / "index.log").exists() or any((self.root / "segments").glob("*/*.seg")):
+            raise UnsupportedFormat(
+                f"store {self.root} has no FORMAT marker: it was written by format 1 (before the marker); "
+                f"this build reads format {VERSION}. Re-ingest the pages into a new store directory"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_durably(marker, json.dumps({"store_format": VERSION}).encode())
+
+    def _key_of(self, url: str) -> int:
+        return describe_url(url, self._key_fn).url_key
+
+    def _read_index(self) -> tuple[list[dict[str, Any]], bool]:
+        """Put entries of the snapshot named by index.log, then of the log; (entries, snapshot ok).
+
+        Also fills ``_indexed_end`` (where start-up looks for unindexed records) and removes
+        snapshot files a crash left behind (written, but never named by the log).
+        """
+        log = self._read_log(self.root / "index.log")
+        puts: list[dict[str, Any]] = []
+        ok = True
+        if log and "snap" in log[0]:
+            self._snap_gen = int(log[0]["snap"])
+            log = log[1:]
+            path = self.root / f"index-{self._snap_gen}.snap"
+            try:
+                _, puts, ends = decode_index_snapshot(path.read_bytes(), self._key_of)
+                self._indexed_end.update(ends)
+            except (OSError, ChecksumMismatch, UnsupportedFormat) as exc:
+                logger.error("index snapshot %s unreadable (%s): rebuilding the index from the segments", path, exc)
+                ok = False
+        for stray in self.root.glob("index-*.snap*"):
+            if stray.name != f"index-{self._snap_gen}.snap":
+                stray.unlink()
+        for rec in log:
+            self._note_indexed(rec)
+            puts.append(rec)
+        return puts, ok
+
+    def _note_indexed(self, rec: dict[str, Any]) -> None:
+        for key in ("l", "r"):
+            if key in rec:
+                seg, off, length = rec[key][0], rec[key][1], rec[key][2]
+                if off + length > self._indexed_end.get(seg, 0):
+                    self._indexed_end[seg] = off + length
+
+    def _append_index(self, rec: dict[str, Any]) -> None:
+        self._index_log.append(encode_log_record(rec))
+        self._note_indexed(rec)
+
+    def _snapshot_index(self) -> None:
+        """Compact the index: live entries -> ``index-<gen+1>.snap``, then a fresh index.log naming it.
+
+        Crash-safe: the snapshot is written and fsynced under a new name first; the log swap
+        is one atomic rename (write_durably). A kill before the rename leaves the old log
+        (and old snapshot) authoritative, the new file is a stray removed at start-up.
+        """
+        gen = self._snap_gen + 1
+        records = [self._entry_record(e) for e in self._iter_entries()]
+        ends = {seg: end for seg, end in self._indexed_end.items() if self._seg_path(seg).exists()}
+        write_durably(self.root / f"index-{gen}.snap", encode_index_snapshot(gen, records, ends, self._key_of))
+        self._index_log.close()
+        write_durably(self.root / "index.log", encode_log_record({"snap": gen}))
+        self._index_log = AppendFile(self.root / "index.log", fsync_each=self.fsync == "always")
+        (self.root / f"index-{self._snap_gen}.snap").unlink(missing_ok=True)
+        self._snap_gen = gen
+        self._indexed_end = ends
+
+    @staticmethod
+    def _entry_record(e: Entry) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "u": e.url,
+            "k": e.url_key,
+            "q": e.seq,
+            "l": e.location.to_list(),
+            "h": e.content_hash.hex(),
+            "z": e.raw_size,
+            "f": e.fetched_at_ms,
+            "t": e.content_type,
+            "n": e.title,
+            "s": e.status,
+        }
+        if e.record_segment:
+            rec["r"] = [e.record_segment, 0, 0]
+        return rec
+
+    def _with_meta(self, header: RecordHeader, frame: bytes | memoryview) -> RecordHeader:
+        """The header completed with the metadata decompressed from its frame (rebuild/recovery)."""
+        try:
+            content = self.dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.content_size)
+        except zstd.ZstdError as exc:
+            raise ChecksumMismatch(f"record frame does not decompress: {exc}") from exc
+        if len(content) != header.content_size:
+            raise ChecksumMismatch(f"record frame holds {len(content)} bytes, header says {header.content_size}")
+        return dataclasses.replace(header, meta=decode_meta(content[: header.meta_len]))
 
     def _read_log(self, path: Path) -> list[dict[str, Any]]:
         if not path.exists():
@@ -221,13 +354,9 @@ class ContentStore:
 
     def _recover_segment_tails(self, puts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Index complete records past the last indexed one; truncate torn tails."""
-        known_end: dict[str, int] = defaultdict(int)
+        known_end = dict(self._indexed_end)
         blobs: dict[str, Location] = {}
         for rec in puts:
-            for key in ("l", "r"):
-                if key in rec:
-                    seg, off, length = rec[key][0], rec[key][1], rec[key][2]
-                    known_end[seg] = max(known_end[seg], off + length)
             blobs[rec["h"]] = Location.from_list(rec["l"])
         recovered: list[dict[str, Any]] = []
         for path in self._segment_files():
@@ -260,12 +389,21 @@ class ContentStore:
                     )
                     continue
                 assert item.header is not None
-                rec_loc = Location(name, item.offset, item.length, item.header.dict_id, path.parent.name)
-                if item.header.kind == KIND_BODY:
-                    blobs[item.header.content_hash.hex()] = rec_loc
-                    recovered.append(self._put_record(item.header, rec_loc, None))
+                try:
+                    header = self._with_meta(
+                        item.header, memoryview(data)[item.offset + item.header.header_size : item.offset + item.length]
+                    )
+                except ChecksumMismatch as exc:
+                    self._quarantine(
+                        name, item.offset, item.length, str(exc), data[item.offset : item.offset + item.length]
+                    )
+                    continue
+                rec_loc = Location(name, item.offset, item.length, header.dict_id, path.parent.name)
+                if header.kind == KIND_BODY:
+                    blobs[header.content_hash.hex()] = rec_loc
+                    recovered.append(self._put_record(header, rec_loc, None))
                 else:
-                    refs.append((item.header, rec_loc))
+                    refs.append((header, rec_loc))
             for header, rec_loc in refs:
                 body_loc = blobs.get(header.content_hash.hex())
                 if body_loc is None:
@@ -277,7 +415,7 @@ class ContentStore:
                     continue
                 recovered.append(self._put_record(header, body_loc, rec_loc))
         for rec in recovered:
-            self._index_log.append(encode_log_record(rec))
+            self._append_index(rec)
         if recovered:
             self._index_log.sync()
             self.recovered_records = len(recovered)
@@ -427,9 +565,36 @@ class ContentStore:
         directory.mkdir(parents=True, exist_ok=True)
         return directory / f"{number:010d}.seg"
 
-    def _compress(self, body: bytes, domain: str, tier: str) -> tuple[bytes, int]:
+    def _make_record(
+        self,
+        kind: int,
+        *,
+        url_key: int,
+        seq: int,
+        fetched_at_ms: int,
+        raw_size: int,
+        chash: bytes,
+        meta: dict[str, Any],
+        body: bytes,
+        domain: str,
+        tier: str,
+    ) -> tuple[bytes, int]:
+        """(record bytes, dict id): metadata line + body compressed as one frame, the domain's dictionary."""
         dict_id = self.dicts.for_domain(domain) if len(body) <= self.large_body_bytes else 0
-        return self.dicts.compressor(self.levels[tier], dict_id).compress(body), dict_id
+        meta_bytes = encode_meta(meta)
+        frame = self.dicts.compressor(self.levels[tier], dict_id).compress(meta_bytes + body)
+        record = encode_record(
+            kind=kind,
+            url_key=url_key,
+            seq=seq,
+            fetched_at_ms=fetched_at_ms,
+            raw_size=raw_size,
+            chash=chash,
+            meta_len=len(meta_bytes),
+            frame=frame,
+            dict_id=dict_id,
+        )
+        return record, dict_id
 
     def put(
         self,
@@ -463,39 +628,29 @@ class ContentStore:
             blob = self._blobs.get(chash)
             rec_loc: Location | None = None
             # 1. the segment record (body, or a reference to an identical stored body)
+            record, dict_id = self._make_record(
+                KIND_BODY if blob is None else KIND_REF,
+                url_key=parts.url_key,
+                seq=seq,
+                fetched_at_ms=fetched,
+                raw_size=len(body),
+                chash=chash,
+                meta=meta,
+                body=body if blob is None else b"",
+                domain=parts.domain,
+                tier="hot",
+            )
+            offset = writer.append(record)
             if blob is not None:
-                record = encode_record(
-                    kind=KIND_REF,
-                    url_key=parts.url_key,
-                    seq=seq,
-                    fetched_at_ms=fetched,
-                    raw_size=len(body),
-                    chash=chash,
-                    meta=meta,
-                )
-                offset = writer.append(record)
-                rec_loc = Location(self._active_name, offset, len(record), 0, "hot")
+                rec_loc = Location(self._active_name, offset, len(record), dict_id, "hot")
                 location = blob
             else:
-                frame, dict_id = self._compress(body, parts.domain, "hot")
-                record = encode_record(
-                    kind=KIND_BODY,
-                    url_key=parts.url_key,
-                    seq=seq,
-                    fetched_at_ms=fetched,
-                    raw_size=len(body),
-                    chash=chash,
-                    meta=meta,
-                    frame=frame,
-                    dict_id=dict_id,
-                )
-                offset = writer.append(record)
                 location = Location(self._active_name, offset, len(record), dict_id, "hot")
             # 2. the index entry (only after the record it points to is written)
             header = RecordHeader(
-                KIND_BODY, location.dict_id, parts.url_key, seq, fetched, len(body), 0, chash, 0, meta
+                KIND_BODY, location.dict_id, parts.url_key, seq, fetched, len(body), 0, chash, 0, meta=meta
             )
-            self._index_log.append(encode_log_record(self._put_record(header, location, rec_loc)))
+            self._append_index(self._put_record(header, location, rec_loc))
             # 3. memory
             entry = Entry(
                 parts.url,
@@ -620,13 +775,18 @@ class ContentStore:
             frame = memoryview(buf)[header.header_size :]
             if frame_checksum(frame) != header.frame_checksum:
                 raise ChecksumMismatch(f"frame checksum mismatch at {loc.segment}:{loc.offset}")
-            body = self.dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.raw_size)
-            if len(body) != header.raw_size or content_hash(body) != header.content_hash:
+            content = self.dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.content_size)
+            if len(content) != header.content_size:
+                raise ChecksumMismatch(f"record at {loc.segment}:{loc.offset} decompresses to the wrong size")
+            body = content[header.meta_len :]
+            if content_hash(body) != header.content_hash:
                 raise ChecksumMismatch(f"content hash mismatch at {loc.segment}:{loc.offset}")
             if expected_hash is not None and header.content_hash != expected_hash:
                 raise ChecksumMismatch(
                     f"record at {loc.segment}:{loc.offset} holds other content than the index expects"
                 )
+        except UnsupportedFormat:
+            raise
         except (ChecksumMismatch, TornRecord, zstd.ZstdError) as exc:
             with self._lock:
                 self._quarantine(loc.segment, loc.offset, loc.length, str(exc), buf)
@@ -711,25 +871,38 @@ class ContentStore:
         return report
 
     def rebuild_index(self) -> int:
-        """Rewrite index.log from the segment record headers; returns the entries written.
+        """Rewrite the index (snapshot + fresh index.log) from the segments; returns the entries found.
 
-        Tombstones and tags (ops.log) are kept and applied on top by sequence number.
+        Each record's URL and metadata come from the metadata line at the start of its
+        frame. Tombstones and tags (ops.log) are kept and applied on top by sequence number.
         """
         with self._lock:
             bodies: dict[str, Location] = {}
             records: list[tuple[RecordHeader, Location]] = []
+            ends: dict[str, int] = {}
             for path in self._segment_files():
                 name = self._seg_name(path)
                 data = path.read_bytes()
+                ends[name] = len(data)
                 for item in scan_records(data):
                     if item.problem or item.header is None or (name, item.offset) in self._quarantined:
                         continue
-                    loc = Location(name, item.offset, item.length, item.header.dict_id, path.parent.name)
-                    records.append((item.header, loc))
-                    if item.header.kind == KIND_BODY:
-                        prev = bodies.get(item.header.content_hash.hex())
+                    try:
+                        header = self._with_meta(
+                            item.header,
+                            memoryview(data)[item.offset + item.header.header_size : item.offset + item.length],
+                        )
+                    except ChecksumMismatch as exc:
+                        self._quarantine(
+                            name, item.offset, item.length, str(exc), data[item.offset : item.offset + item.length]
+                        )
+                        continue
+                    loc = Location(name, item.offset, item.length, header.dict_id, path.parent.name)
+                    records.append((header, loc))
+                    if header.kind == KIND_BODY:
+                        prev = bodies.get(header.content_hash.hex())
                         if prev is None or _TIER_RANK[loc.tier] >= _TIER_RANK[prev.tier]:
-                            bodies[item.header.content_hash.hex()] = loc
+                            bodies[header.content_hash.hex()] = loc
             out: list[dict[str, Any]] = []
             for header, loc in records:
                 if header.kind == KIND_BODY:
@@ -738,9 +911,6 @@ class ContentStore:
                     body = bodies.get(header.content_hash.hex())
                     if body is not None:
                         out.append(self._put_record(header, body, loc))
-            write_durably(self.root / "index.log", b"".join(encode_log_record(r) for r in out))
-            self._index_log.close()
-            self._index_log = AppendFile(self.root / "index.log", fsync_each=self.fsync == "always")
             ops = self._read_log(self.root / "ops.log")
             for shard in self._shards:
                 shard.clear()
@@ -748,6 +918,8 @@ class ContentStore:
             self._by_tag.clear()
             self._blobs.clear()
             self._build_memory(out, ops)
+            self._indexed_end = ends
+            self._snapshot_index()
             logger.info("index rebuilt from segments: %d records", len(out))
             return len(out)
 
@@ -764,13 +936,13 @@ class ContentStore:
             if not domain or len(samples) < self.dict_min_samples or self.dicts.has_own(domain):
                 continue
             total = sum(map(len, samples))
-            size = min(self.dict_size_bytes, max(4096, total // 32))
+            size = min(self.dict_size_bytes, max(4096, total // self.dict_sample_divisor))
             if self._train(domain, samples, size, now):
                 trained += 1
         if not self.dicts.has_own(GLOBAL_DOMAIN):
             tail = [b for d, s in samples_by_domain.items() if not self.dicts.has_own(d) for b in s]
             if len(tail) >= self.global_dict_min_samples:
-                size = min(self.global_dict_size_bytes, max(4096, sum(map(len, tail)) // 32))
+                size = min(self.global_dict_size_bytes, max(4096, sum(map(len, tail)) // self.dict_sample_divisor))
                 if self._train(GLOBAL_DOMAIN, tail, size, now):
                     trained += 1
         return trained
@@ -841,7 +1013,6 @@ class ContentStore:
             # 1. dictionaries
             report.dictionaries_trained = self.train_dictionaries(by_domain)
             # 2. new segments
-            level = self.levels[tier]
             new_locs: dict[bytes, Location] = {}
             pending: list[dict[str, Any]] = []
             writer: AppendFile | None = None
@@ -861,34 +1032,24 @@ class ContentStore:
                 meta = {"u": entry.url, "t": entry.content_type, "n": entry.title, "s": entry.status}
                 w = out()
                 name = self._seg_name(w.path)
-                if entry.content_hash in new_locs:
-                    record = encode_record(
-                        kind=KIND_REF,
-                        url_key=entry.url_key,
-                        seq=entry.seq,
-                        fetched_at_ms=entry.fetched_at_ms,
-                        raw_size=entry.raw_size,
-                        chash=entry.content_hash,
-                        meta=meta,
-                    )
-                    off = w.append(record)
+                is_ref = entry.content_hash in new_locs
+                record, dict_id = self._make_record(
+                    KIND_REF if is_ref else KIND_BODY,
+                    url_key=entry.url_key,
+                    seq=entry.seq,
+                    fetched_at_ms=entry.fetched_at_ms,
+                    raw_size=entry.raw_size,
+                    chash=entry.content_hash,
+                    meta=meta,
+                    body=b"" if is_ref else stored,
+                    domain=entry.domain,
+                    tier=tier,
+                )
+                off = w.append(record)
+                if is_ref:
                     loc = new_locs[entry.content_hash]
-                    rec_loc: Location | None = Location(name, off, len(record), 0, tier)
+                    rec_loc: Location | None = Location(name, off, len(record), dict_id, tier)
                 else:
-                    dict_id = self.dicts.for_domain(entry.domain) if len(stored) <= self.large_body_bytes else 0
-                    frame = self.dicts.compressor(level, dict_id).compress(stored)
-                    record = encode_record(
-                        kind=KIND_BODY,
-                        url_key=entry.url_key,
-                        seq=entry.seq,
-                        fetched_at_ms=entry.fetched_at_ms,
-                        raw_size=entry.raw_size,
-                        chash=entry.content_hash,
-                        meta=meta,
-                        frame=frame,
-                        dict_id=dict_id,
-                    )
-                    off = w.append(record)
                     loc = Location(name, off, len(record), dict_id, tier)
                     new_locs[entry.content_hash] = loc
                     report.moved_bodies += 1
@@ -903,7 +1064,7 @@ class ContentStore:
                     0,
                     entry.content_hash,
                     0,
-                    meta,
+                    meta=meta,
                 )
                 pending.append(self._put_record(header, loc, rec_loc))
             for w in writers:
@@ -915,7 +1076,7 @@ class ContentStore:
                 fsync_dir(self.root / "segments" / tier)
             # 3. index entries
             for rec in pending:
-                self._index_log.append(encode_log_record(rec))
+                self._append_index(rec)
             if self.fsync != "never":
                 self._index_log.sync()
             # 4. memory, then garbage
@@ -928,6 +1089,8 @@ class ContentStore:
                 self._blobs[moved.content_hash] = moved.location
                 report.moved_urls += 1
             report.segments_removed = self._collect_garbage()
+            # 5. compact the index: superseded hot entries are dropped from the snapshot
+            self._snapshot_index()
         logger.info(
             "recompressed %d urls (%d bodies) into %s: %d segments written, %d removed, %d dictionaries trained",
             report.moved_urls,
@@ -958,6 +1121,7 @@ class ContentStore:
                 self._active_name = ""
             self._reads.forget(path)
             path.unlink()
+            self._indexed_end.pop(name, None)
             removed.append(name)
         if removed:
             logger.info("removed %d garbage segments: %s", len(removed), ", ".join(removed))
@@ -978,9 +1142,8 @@ class ContentStore:
                 tier = by_tier.setdefault(path.parent.name, {"urls": 0, "segments": 0, "bytes": 0})
                 tier["segments"] += 1
                 tier["bytes"] += size
-            index_bytes = sum(
-                (self.root / n).stat().st_size for n in ("index.log", "ops.log") if (self.root / n).exists()
-            )
+            index_files = ["index.log", "ops.log", f"index-{self._snap_gen}.snap"]
+            index_bytes = sum((self.root / n).stat().st_size for n in index_files if (self.root / n).exists())
             unique = {e.content_hash: e.raw_size for e in entries}
             return StoreStats(
                 urls=len(entries),

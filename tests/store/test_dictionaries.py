@@ -1,0 +1,54 @@
+"""Dictionary sizing and start-up preloading, on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crawlstream.store import ContentStore
+
+
+def _page(i: int) -> bytes:
+    return (
+        b"<html><head><title>page %d</title><link rel=stylesheet href=/s.css></head><body><nav>home | books | music"
+        b"</nav>"
+        % i
+        + b"".join(
+            b"<div class=item><a href=/p/%d>item %d</a><span>$%d.99</span></div>" % (j, j * i, j) for j in range(80)
+        )
+        + b"</body></html>"
+    )
+
+
+def _fill(root: Path, **kw: int) -> int:
+    total = 0
+    with ContentStore(root, dict_min_samples=8, **kw) as store:  # type: ignore[arg-type]
+        for i in range(40):
+            body = _page(i)
+            total += len(body)
+            store.put(f"https://shop.example.com/p/{i}", body, fetched_at_ms=0)
+        assert store.recompress(0, now_ms=1).dictionaries_trained == 1
+    return total
+
+
+def test_domain_dictionary_is_sized_by_sample_bytes_over_the_divisor(tmp_path: Path) -> None:
+    total = _fill(tmp_path, dict_sample_divisor=4, dict_size_bytes=1 << 20)
+    with ContentStore(tmp_path) as store:
+        (info,) = store.dicts.infos()
+        assert info.domain == "example.com"
+        assert total // 8 < info.size_bytes <= total // 4
+
+
+def test_domain_dictionary_is_bounded_by_dict_size_bytes(tmp_path: Path) -> None:
+    _fill(tmp_path, dict_sample_divisor=1, dict_size_bytes=8192)
+    with ContentStore(tmp_path) as store:
+        (info,) = store.dicts.infos()
+        assert info.size_bytes <= 8192
+
+
+def test_preloaded_dictionaries_are_ready_before_the_first_read(tmp_path: Path) -> None:
+    _fill(tmp_path)
+    with ContentStore(tmp_path) as store:
+        (dict_file,) = (tmp_path / "dicts").glob("*.zdict.zst")
+        dict_file.rename(dict_file.with_suffix(".moved"))  # a lazy load would now fail
+        assert store.get("https://shop.example.com/p/3") == _page(3)
+        assert store.entry("https://shop.example.com/p/3").location.dict_id != 0  # type: ignore[union-attr]
