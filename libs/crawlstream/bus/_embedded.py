@@ -60,7 +60,8 @@ from crawlstream.bus._base import (
     Producer,
     TopicPartition,
 )
-from crawlstream.bus._embedded_log import Cursor, PartitionLog, PendingRecord, _fsync_dir
+from crawlstream.bus._embedded_log import Cursor, PartitionLog, PendingRecord
+from crawlstream.durable import fsync_dir
 from crawlstream.errors import BusUnavailable, ChecksumMismatch, ConfigError, StorageUnavailable
 
 __all__ = ["EmbeddedBus"]
@@ -94,7 +95,7 @@ def _write_json_atomic(path: Path, data: Any, *, fsync: bool) -> None:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
         if fsync:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
     except OSError as exc:
         raise StorageUnavailable(f"cannot write {path}: {exc}; check disk space and permissions") from exc
 

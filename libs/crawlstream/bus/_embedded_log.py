@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlstream.bus._base import Message
+from crawlstream.durable import fsync_dir
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 
 __all__ = [
@@ -344,7 +345,7 @@ class PartitionLog:
         except OSError as exc:
             raise StorageUnavailable(f"cannot open segment {log_path}: {exc}") from exc
         if created and self.fsync != "never":
-            _fsync_dir(self.directory)  # a new file's name must survive a power loss too
+            fsync_dir(self.directory)  # a new file's name must survive a power loss too
         seg = _Segment(base, log_path, fd, size=file_size, next_offset=base, index_fd=index_fd)
         entries = [
             _INDEX.unpack_from(raw_index, i)
@@ -671,11 +672,3 @@ class PartitionLog:
                     break  # corrupt: fetch reports it when a reader gets there
                 pos += rel
         return end_offset
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -11,34 +11,13 @@ import logging
 import os
 from pathlib import Path
 
+from crawlstream.durable import fsync_dir
+from crawlstream.durable import write_atomically as write_durably
 from crawlstream.errors import StorageUnavailable
 
 __all__ = ["AppendFile", "ReadCache", "fsync_dir", "write_durably"]
 
 logger = logging.getLogger(__name__)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    """Write a whole file atomically: tmp + fsync + rename + fsync(dir)."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        raise StorageUnavailable(f"could not write {path}: {exc}; check the volume is writable and not full") from exc
 
 
 class AppendFile:

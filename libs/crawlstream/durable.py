@@ -1,0 +1,38 @@
+"""Durable file writes shared by every store (bus log, content store, lake, index, dedupe).
+
+Readers must see the old file or the whole new one, never half, and a crash after the call
+returns must not lose it: write a temporary file, fsync it, rename it over the target, then
+fsync the directory so the rename itself survives a power loss.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from crawlstream.errors import StorageUnavailable
+
+__all__ = ["fsync_dir", "write_atomically"]
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in the directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably; StorageUnavailable on I/O errors."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise StorageUnavailable(f"could not write {path}: {exc}; check the volume is writable and not full") from exc
