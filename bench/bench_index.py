@@ -16,7 +16,6 @@ import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,20 +94,24 @@ def _sorted_text_zstd19(root: Path) -> tuple[int, int]:
     glob = (root / "urls" / "**" / "*.parquet").as_posix()
     con = duckdb.connect()
     con.execute("SET threads=2")
+    text_path = root.parent / "sorted-urls.txt"
+    con.execute(
+        "COPY (SELECT u FROM (SELECT DISTINCT dataset_id, "
+        "scheme || '://' || host || coalesce(':' || CAST(port AS VARCHAR), '') || path_query AS u "
+        f"FROM read_parquet('{glob}', hive_partitioning=true)) ORDER BY dataset_id, u) "
+        f"TO '{text_path.as_posix()}' (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\t')"
+    )
     rows = con.execute(
-        "SELECT dataset_id, scheme || '://' || host || coalesce(':' || CAST(port AS VARCHAR), '') || path_query AS u "
-        f"FROM read_parquet('{glob}', hive_partitioning=true) GROUP BY ALL ORDER BY dataset_id, u"
-    ).fetchall()
-    out = []
-    last = None
-    for ds, u in rows:
-        if ds != last:
-            out.append(f"# dataset {ds}")
-            last = ds
-        out.append(u)
-    text = ("\n".join(out) + "\n").encode()
-    comp = zstandard.ZstdCompressor(level=19, threads=2).compress(text)
-    return len(comp), len(rows)
+        f"SELECT count(*) FROM (SELECT DISTINCT dataset_id, scheme, host, port, path_query "
+        f"FROM read_parquet('{glob}', hive_partitioning=true))"
+    ).fetchone()[0]  # type: ignore[index]
+    cctx = zstandard.ZstdCompressor(level=19, threads=2)
+    size = 0
+    with open(text_path, "rb") as src:
+        for chunk in cctx.read_to_iter(src, read_size=1 << 22):
+            size += len(chunk)
+    text_path.unlink()
+    return size, int(rows)
 
 
 def _queries(idx: Any, domains: list[str], weights: list[float], n: int, rnd: random.Random) -> list[tuple[str, int]]:
@@ -216,10 +219,11 @@ def _domain_dictionary(domains: list[str]) -> dict[str, Any]:
     """ADR 003: bytes/domain and lookup time of the candidate domain -> id structures."""
     import mmap
 
+    import xxhash
+
     from crawlstream.index import IndexReader  # noqa: F401  (import cost outside timing)
     from crawlstream.index._formats import encode_domains_idx
     from crawlstream.index._reader import _Version
-    import xxhash
 
     doms = sorted(set(domains))
     hashes = [xxhash.xxh3_64_intdigest(d.encode()) for d in doms]

@@ -9,7 +9,14 @@ from pyroaring import BitMap
 
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.index import FileEntry, Segment, decode_payload, encode_payload
-from crawlstream.index._formats import decode_files, decode_varints, dtdr_entry, encode_dtdr, encode_files, encode_varints
+from crawlstream.index._formats import (
+    decode_files,
+    decode_varints,
+    dtdr_entry,
+    encode_dtdr,
+    encode_files,
+    encode_varints,
+)
 
 
 def test_dtdr_file_has_the_seed_layout() -> None:

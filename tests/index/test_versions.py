@@ -207,7 +207,7 @@ def test_reader_without_an_index_says_how_to_build_one(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path)
 
 
-def test_a_corrupt_postings_shard_is_refused_at_open(tmp_path: Path) -> None:
+def test_a_corrupt_postings_shard_is_refused_on_first_use(tmp_path: Path) -> None:
     from crawlstream.errors import ChecksumMismatch
 
     builder = IndexBuilder(tmp_path, shards=1)
@@ -217,5 +217,28 @@ def test_a_corrupt_postings_shard_is_refused_at_open(tmp_path: Path) -> None:
     data = bytearray(shard.read_bytes())
     data[-3] ^= 0x40
     shard.write_bytes(bytes(data))
-    with pytest.raises(ChecksumMismatch, match="index build --full"):
-        IndexReader(tmp_path).pin()
+    with IndexReader(tmp_path).pin() as idx, pytest.raises(ChecksumMismatch, match="index build --full"):
+        idx.datasets_for_domain("example.com")
+
+
+def test_a_pin_held_by_another_process_blocks_gc_until_that_process_dies(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    builder = IndexBuilder(tmp_path, shards=2)
+    _write(tmp_path, _batch(10, 1))
+    v1 = builder.build().version
+    script = (
+        "import sys, time; from pathlib import Path; from crawlstream.index import IndexReader\n"
+        "p = IndexReader(Path(sys.argv[1])).pin(); print(p.version, flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == v1
+        _write(tmp_path, _batch(5, 2))
+        builder.build()
+        assert builder.gc(keep_versions=1).pinned_versions == [v1]
+    finally:
+        proc.kill()  # the kernel drops the dead reader's flock: no stale pin to clean up
+        proc.wait(timeout=10)
+    assert v1 in builder.gc(keep_versions=1).removed_versions

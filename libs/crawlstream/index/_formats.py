@@ -39,11 +39,11 @@ from crawlstream.errors import ChecksumMismatch
 __all__ = [
     "DDX_HEADER",
     "DTDR_HEADER",
-    "FRAGMENTED_FILE_ID",
-    "PDX_VERSION",
     "FLAG_FRAGMENTED",
+    "FRAGMENTED_FILE_ID",
     "IDX_RECORD",
     "PDX_HEADER",
+    "PDX_VERSION",
     "FileEntry",
     "Segment",
     "decode_files",

@@ -104,6 +104,10 @@ class _Lru(Generic[K, V]):
                 self._data.popitem(last=False)
         return value
 
+    def peek(self, key: K) -> V | None:
+        with self._lock:
+            return self._data.get(key)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
@@ -140,19 +144,7 @@ class _Version:
             raise
         self.files: dict[int, FileEntry] = {f.file_id: f for f in decode_files(files_raw)}
         self._rg_starts: dict[int, list[int]] = {}
-        for shard, buf in enumerate(self.pidx):
-            if buf is None:
-                continue
-            magic, ver, n, crc = PDX_HEADER.unpack_from(buf, 0)
-            body = memoryview(buf)[PDX_HEADER.size : PDX_HEADER.size + n * IDX_RECORD.size]
-            ok = ver == PDX_VERSION and zlib.crc32(body) == crc
-            body.release()
-            if not ok:
-                self.close()
-                raise ChecksumMismatch(
-                    f"postings shard {shard} of version {self.version} fails its CRC or version check "
-                    f"(found v{ver}); rebuild with `crawlstream index build --full`"
-                )
+        self._verified = [buf is None for buf in self.pidx]
         self.dataset_ids = sorted({f.dataset_id for f in self.files.values()})
         self.shards = info.shards
         if self.didx is None:
@@ -207,10 +199,27 @@ class _Version:
         start, length = dtdr_entry(memoryview(self.dtdr), domain_id)
         return BitMap.deserialize(self.dtdr[start : start + length])
 
+    def _verify_shard(self, shard: int) -> None:
+        """CRC-check a postings shard on first use (at open it would read every shard: ~50 ms)."""
+        buf = self.pidx[shard]
+        assert buf is not None
+        _magic, ver, n, crc = PDX_HEADER.unpack_from(buf, 0)
+        body = memoryview(buf)[PDX_HEADER.size : PDX_HEADER.size + n * IDX_RECORD.size]
+        ok = ver == PDX_VERSION and zlib.crc32(body) == crc
+        body.release()
+        if not ok:
+            raise ChecksumMismatch(
+                f"postings shard {shard} of version {self.version} fails its CRC or version check "
+                f"(found v{ver}); rebuild with `crawlstream index build --full`"
+            )
+        self._verified[shard] = True
+
     def _lower_bound(self, shard: int, domain_id: int, dataset_id: int) -> tuple[int, int]:
         buf = self.pidx[shard]
         if buf is None:
             return 0, 0
+        if not self._verified[shard]:
+            self._verify_shard(shard)
         _, _, n, _ = PDX_HEADER.unpack_from(buf, 0)
         lo, hi = 0, n
         base, size = PDX_HEADER.size, IDX_RECORD.size
@@ -272,7 +281,7 @@ class IndexReader:
         self._current: _Version | None = None
         self._versions: dict[str, _Version] = {}
         self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
-        self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(row_groups_cached)
+        self._row_groups: _Lru[tuple[str, int, tuple[str, ...]], pa.Table] = _Lru(row_groups_cached)
         self._payloads: _Lru[tuple[str, int, int], tuple[bool, list[Segment], list[int]]] = _Lru(4096)
         self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
 
@@ -339,16 +348,20 @@ class IndexReader:
 
     # -- lake access -------------------------------------------------------------------
 
-    def _row_group(self, rel: str, rg: int) -> pa.Table:
+    def _row_group(self, rel: str, rg: int, columns: tuple[str, ...] = tuple(ROW_COLUMNS)) -> pa.Table:
         def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
-            return pq.ParquetFile(self.root / rel), threading.Lock()
+            return pq.ParquetFile(self.root / rel, pre_buffer=False), threading.Lock()
 
         def load() -> pa.Table:
             pf, lock = self._parquet.get_or_load(rel, load_file)
             with lock:
-                return pf.read_row_group(rg, columns=ROW_COLUMNS)
+                return pf.read_row_group(rg, columns=list(columns), use_threads=False)
 
-        return self._row_groups.get_or_load((rel, rg), load)
+        if columns != tuple(ROW_COLUMNS):
+            full = self._row_groups.peek((rel, rg, tuple(ROW_COLUMNS)))
+            if full is not None:
+                return full
+        return self._row_groups.get_or_load((rel, rg, columns), load)
 
 
 class PinnedIndex:
@@ -493,8 +506,11 @@ class PinnedIndex:
         return [segs[lo - 1]] if lo else []
 
     def _segment_has(self, s: Segment, key: int, url: str) -> bool:
-        table = self._reader._row_group(self._v.files[s.file_id].path, s.row_group)
-        t = table.slice(s.row_start, s.row_count)
-        hits = pc.indices_nonzero(pc.equal(t.column("url_key"), pa.scalar(key, pa.int64())))
+        rel = self._v.files[s.file_id].path
+        keys = self._reader._row_group(rel, s.row_group, ("url_key",)).column("url_key")
+        hits = pc.indices_nonzero(pc.equal(keys.slice(s.row_start, s.row_count), pa.scalar(key, pa.int64())))
+        if len(hits) == 0:
+            return False  # decoding only the key column keeps a miss cheap
+        t = self._reader._row_group(rel, s.row_group).slice(s.row_start, s.row_count)
         # Same key but a different URL is a collision: only the URL string decides.
         return any(segment_rows(t, i, 1)[0][1] == url for i in hits.to_pylist())

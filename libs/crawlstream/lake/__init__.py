@@ -6,10 +6,12 @@ partition compaction. Readers of served answers go through ``crawlstream.index``
 
 from crawlstream.lake._compact import compact_partition
 from crawlstream.lake._files import (
+    COMPACTED_PREFIX,
     REPLACES_KEY,
     LakeFile,
     atomic_write_bytes,
     fsync_dir,
+    is_compacted,
     list_lake_files,
     partition_dir,
     read_replaces,
@@ -19,6 +21,7 @@ from crawlstream.lake._schema import LAKE_COLUMNS, LAKE_SCHEMA, join_url, split_
 from crawlstream.lake._writer import LakeWriter, WrittenFile, build_table, write_lake_file
 
 __all__ = [
+    "COMPACTED_PREFIX",
     "LAKE_COLUMNS",
     "LAKE_SCHEMA",
     "REPLACES_KEY",
@@ -29,6 +32,7 @@ __all__ = [
     "build_table",
     "compact_partition",
     "fsync_dir",
+    "is_compacted",
     "join_url",
     "list_lake_files",
     "partition_dir",

@@ -24,10 +24,12 @@ from crawlstream.errors import StorageUnavailable
 from crawlstream.lake._schema import join_url
 
 __all__ = [
+    "COMPACTED_PREFIX",
     "REPLACES_KEY",
     "LakeFile",
     "atomic_write_bytes",
     "fsync_dir",
+    "is_compacted",
     "list_lake_files",
     "partition_dir",
     "read_replaces",
@@ -71,6 +73,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         fsync_dir(path.parent)
     except OSError as exc:
         raise StorageUnavailable(f"could not write {path}: {exc}; check the volume and retry") from exc
+
+
+COMPACTED_PREFIX = "part-c-"
+
+
+def is_compacted(rel_path: str) -> bool:
+    """Compaction output is named ``part-c-*``: only those files can replace others."""
+    return rel_path.rsplit("/", 1)[-1].startswith(COMPACTED_PREFIX)
 
 
 def read_replaces(path: Path) -> list[str]:

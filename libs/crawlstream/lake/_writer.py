@@ -79,7 +79,8 @@ def write_lake_file(
     import json
 
     directory.mkdir(parents=True, exist_ok=True)
-    name = f"part-{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
+    kind = "part-c-" if replaces else "part-"  # compaction output is recognisable by name
+    name = f"{kind}{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
     final = directory / name
     tmp = directory / f".{name}.tmp"
     if replaces:
