@@ -37,6 +37,7 @@ import xxhash
 import zstandard
 from pyroaring import BitMap
 
+from crawlstream.durable import fsync_dir
 from crawlstream.errors import StorageUnavailable
 from crawlstream.index._formats import (
     FRAGMENTED_FILE_ID,
@@ -67,7 +68,6 @@ from crawlstream.index._manifest import (
 )
 from crawlstream.lake import (
     compact_partition,
-    fsync_dir,
     is_compacted,
     join_url,
     list_lake_files,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crawlstream.durable import write_atomically
 from crawlstream.errors import StorageUnavailable
-from crawlstream.lake import atomic_write_bytes
 
 __all__ = [
     "MANIFEST_NAME",
@@ -105,7 +105,7 @@ def read_manifest(root: Path) -> Manifest | None:
 
 def write_manifest(root: Path, manifest: Manifest) -> None:
     """Flip: write a temp file, fsync, rename over manifest.json, fsync the directory."""
-    atomic_write_bytes(index_dir(root) / MANIFEST_NAME, manifest.to_bytes())
+    write_atomically(index_dir(root) / MANIFEST_NAME, manifest.to_bytes())
 
 
 def try_lock_exclusive(pin_path: Path) -> int | None:

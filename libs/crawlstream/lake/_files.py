@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,15 +19,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crawlstream.errors import StorageUnavailable
 from crawlstream.lake._schema import join_url
 
 __all__ = [
     "COMPACTED_PREFIX",
     "REPLACES_KEY",
     "LakeFile",
-    "atomic_write_bytes",
-    "fsync_dir",
     "is_compacted",
     "list_lake_files",
     "partition_dir",
@@ -51,28 +47,6 @@ class LakeFile:
 
 def partition_dir(root: Path, dataset_id: int, hh: str) -> Path:
     return root / "urls" / f"dataset_id={dataset_id}" / f"domain_prefix={hh}"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        raise StorageUnavailable(f"could not write {path}: {exc}; check the volume and retry") from exc
 
 
 COMPACTED_PREFIX = "part-c-"

@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from crawlstream.durable import fsync_dir
 from crawlstream.errors import StorageUnavailable
-from crawlstream.lake._files import REPLACES_KEY, fsync_dir, partition_dir
+from crawlstream.lake._files import REPLACES_KEY, partition_dir
 from crawlstream.lake._schema import LAKE_SCHEMA, split_url
 
 if TYPE_CHECKING:

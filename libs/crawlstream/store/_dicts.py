@@ -15,9 +15,10 @@ from pathlib import Path
 
 import zstandard as zstd
 
+from crawlstream.durable import write_atomically
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.store._codec import decode_log_records, encode_log_record
-from crawlstream.store._files import AppendFile, write_durably
+from crawlstream.store._files import AppendFile
 
 __all__ = ["FIRST_DICT_ID", "GLOBAL_DOMAIN", "DictInfo", "DictionaryStore"]
 
@@ -79,7 +80,7 @@ class DictionaryStore:
         dict_id = parsed.dict_id()
         if dict_id in self._infos:
             raise ValueError(f"dictionary id {dict_id} already exists")
-        write_durably(self.directory / f"{dict_id}.zdict.zst", zstd.ZstdCompressor(level=19).compress(dict_bytes))
+        write_atomically(self.directory / f"{dict_id}.zdict.zst", zstd.ZstdCompressor(level=19).compress(dict_bytes))
         info = DictInfo(dict_id, domain, len(dict_bytes), samples, created_ms)
         self._log.append(
             encode_log_record({"id": dict_id, "d": domain, "z": len(dict_bytes), "n": samples, "c": created_ms})

@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 
 from crawlstream.durable import fsync_dir
-from crawlstream.durable import write_atomically as write_durably
 from crawlstream.errors import StorageUnavailable
 
-__all__ = ["AppendFile", "ReadCache", "fsync_dir", "write_durably"]
+__all__ = ["AppendFile", "ReadCache"]
 
 logger = logging.getLogger(__name__)
 

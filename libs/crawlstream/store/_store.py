@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import zstandard as zstd
 
+from crawlstream.durable import fsync_dir, write_atomically
 from crawlstream.errors import BadDataError, ChecksumMismatch, ConfigError
 from crawlstream.store._codec import (
     KIND_BODY,
@@ -61,7 +62,7 @@ from crawlstream.store._codec import (
     scan_records,
 )
 from crawlstream.store._dicts import GLOBAL_DOMAIN, DictionaryStore
-from crawlstream.store._files import AppendFile, ReadCache, fsync_dir, write_durably
+from crawlstream.store._files import AppendFile, ReadCache
 from crawlstream.store._model import TIERS, Entry, Location, Problem
 from crawlstream.store._urls import UrlParts, describe_url
 
@@ -241,7 +242,7 @@ class ContentStore:
                 f"this build reads format {VERSION}. Re-ingest the pages into a new store directory"
             )
         self.root.mkdir(parents=True, exist_ok=True)
-        write_durably(marker, json.dumps({"store_format": VERSION}).encode())
+        write_atomically(marker, json.dumps({"store_format": VERSION}).encode())
 
     def _key_of(self, url: str) -> int:
         return describe_url(url, self._key_fn).url_key
@@ -288,15 +289,15 @@ class ContentStore:
         """Compact the index: live entries -> ``index-<gen+1>.snap``, then a fresh index.log naming it.
 
         Crash-safe: the snapshot is written and fsynced under a new name first; the log swap
-        is one atomic rename (write_durably). A kill before the rename leaves the old log
+        is one atomic rename (write_atomically). A kill before the rename leaves the old log
         (and old snapshot) authoritative, the new file is a stray removed at start-up.
         """
         gen = self._snap_gen + 1
         records = [self._entry_record(e) for e in self._iter_entries()]
         ends = {seg: end for seg, end in self._indexed_end.items() if self._seg_path(seg).exists()}
-        write_durably(self.root / f"index-{gen}.snap", encode_index_snapshot(gen, records, ends, self._key_of))
+        write_atomically(self.root / f"index-{gen}.snap", encode_index_snapshot(gen, records, ends, self._key_of))
         self._index_log.close()
-        write_durably(self.root / "index.log", encode_log_record({"snap": gen}))
+        write_atomically(self.root / "index.log", encode_log_record({"snap": gen}))
         self._index_log = AppendFile(self.root / "index.log", fsync_each=self.fsync == "always")
         (self.root / f"index-{self._snap_gen}.snap").unlink(missing_ok=True)
         self._snap_gen = gen
