@@ -1,0 +1,29 @@
+"""`crawlstream demo` (what `make run` runs): crawl, store, lake, index and answers, end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_crawls_indexes_and_answers_from_the_index(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "crawlstream", "demo", "--no-serve",
+            "--domains", "4", "--pages-per-domain", "3",
+            "--data-dir", str(tmp_path), "--scheduler-min-delay-s", "0.05",
+        ],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary, index, sample = (json.loads(line) for line in proc.stdout.splitlines())
+    assert summary["reason"] == "drained" and summary["by_outcome"]["ok"] > 0
+    assert index["index"]["rows_scanned"] == summary["by_outcome"]["ok"]
+    answers = [a for a in sample["sample"]["answers"] if a["datasets"]]
+    assert answers, sample
+    for answer in answers:
+        (dataset,) = answer["datasets"]
+        assert dataset["dataset_id"] == 1 and dataset["url_count"] == answer["total"] > 0
+        assert all(url.startswith("http://") for url in answer["first_urls"])
