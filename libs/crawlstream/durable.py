@@ -7,12 +7,13 @@ fsync the directory so the rename itself survives a power loss.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
 from crawlstream.errors import StorageUnavailable
 
-__all__ = ["fsync_dir", "write_atomically"]
+__all__ = ["fsync_dir", "try_lock_exclusive", "write_atomically"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -36,3 +37,16 @@ def write_atomically(path: Path, data: bytes) -> None:
         fsync_dir(path.parent)
     except OSError as exc:
         raise StorageUnavailable(f"could not write {path}: {exc}; check the volume is writable and not full") from exc
+
+
+def try_lock_exclusive(path: Path) -> int | None:
+    """An fd holding a non-blocking exclusive flock on ``path`` (created if missing), or None
+    if another holder has it. The kernel drops the lock when the holder dies, so it never
+    goes stale; close the fd to release it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

@@ -18,7 +18,6 @@ surviving instance can adopt the rows of one that crashed and never came back.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import StorageUnavailable
 
 __all__ = ["Row", "StagingLog", "orphaned_logs"]
@@ -50,7 +50,7 @@ class StagingLog:
         self.fsync = fsync
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = _lock(self.directory)
+            fd = try_lock_exclusive(self.directory / LOCK_NAME)
         except OSError as exc:
             raise StorageUnavailable(f"cannot open staging directory {self.directory}: {exc}") from exc
         if fd is None:
@@ -64,7 +64,7 @@ class StagingLog:
     @classmethod
     def try_open(cls, directory: Path, *, fsync: bool = True) -> StagingLog | None:
         """The log of ``directory`` if no other process holds it, else None (adoption)."""
-        fd = _lock(Path(directory))
+        fd = try_lock_exclusive(Path(directory) / LOCK_NAME)
         if fd is None:
             return None
         log = cls.__new__(cls)
@@ -115,16 +115,6 @@ class StagingLog:
             return
         self._fh.close()
         os.close(self._lock_fd)
-
-
-def _lock(directory: Path) -> int | None:
-    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _read(path: Path) -> Iterator[Row]:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from crawlstream.api import RUNNER_OPTIONS, Acl, create_app
 from crawlstream.lake import LakeWriter
+from crawlstream.store import ContentStore
 from crawlstream.urls import canonicalize
 
 T = TypeVar("T")
@@ -58,6 +59,8 @@ def run_client(
     acl: Acl | None = None,
     registry: CollectorRegistry | None = None,
     executor_threads: int = 2,
+    default_limit: int = 20,
+    store: ContentStore | None = None,
 ) -> T:
     """Start the API on 127.0.0.1 (a real socket), run ``scenario`` against it, stop it."""
 
@@ -67,8 +70,9 @@ def run_client(
             max_limit=max_limit,
             acl=acl,
             registry=registry if registry is not None else CollectorRegistry(),
-            default_limit=20,
+            default_limit=default_limit,
             executor_threads=executor_threads,
+            store=store,
         )
         server = TestServer(app, host="127.0.0.1")
         await server.start_server(**RUNNER_OPTIONS)  # the production runner options (no access log)

@@ -21,13 +21,13 @@ from crawlstream.api import (
     RUNNER_OPTIONS,
     URL_KEY_HEADER,
     Acl,
-    create_app,
     from_settings,
 )
 from crawlstream.errors import ConfigError
 from crawlstream.index import IndexReader
 from crawlstream.store import ContentStore
 from crawlstream.urls import canonicalize, url_key
+from tests.api._lake import run_client
 from tests.api.test_openapi import _fuzz
 
 Client = TestClient[Any, Any]
@@ -89,23 +89,9 @@ def serve(
     max_limit: int = 50,
 ) -> T:
     """Start the API (with ``store``) on 127.0.0.1, run ``scenario`` against it, stop it."""
-
-    async def main() -> T:
-        app = create_app(
-            reader,
-            max_limit=max_limit,
-            acl=acl,
-            registry=registry if registry is not None else CollectorRegistry(),
-            default_limit=3,
-            executor_threads=2,
-            store=store,
-        )
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server(**RUNNER_OPTIONS)
-        async with TestClient(server) as client:
-            return await asyncio.wait_for(scenario(client), timeout=120)
-
-    return asyncio.run(main())
+    return run_client(
+        reader, scenario, max_limit=max_limit, acl=acl, registry=registry, default_limit=3, store=store
+    )
 
 
 async def _json(c: Client, method: str, path: str, **kw: Any) -> tuple[int, Any]:

@@ -9,13 +9,12 @@ pid checks); ``gc`` removes a version only if it can take the lock exclusively.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crawlstream import durable
 from crawlstream.durable import write_atomically
 from crawlstream.errors import StorageUnavailable
 
@@ -109,14 +108,9 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
 
 
 def try_lock_exclusive(pin_path: Path) -> int | None:
-    """An fd holding an exclusive lock on ``pin_path``, or None if some reader pins it."""
+    """An fd holding an exclusive lock on ``pin_path``, or None if some reader pins it
+    (or the version directory is already gone)."""
     try:
-        fd = os.open(pin_path, os.O_RDWR | os.O_CREAT, 0o644)
+        return durable.try_lock_exclusive(pin_path)
     except FileNotFoundError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
