@@ -91,18 +91,20 @@ def _sorted_text_zstd19(root: Path) -> tuple[int, int]:
     """The same (dataset, url) rows as text: per dataset, sorted unique URLs; zstd -19."""
     import duckdb
 
+    from crawlstream.lake import DERIVED_SQL
+
     glob = (root / "urls" / "**" / "*.parquet").as_posix()
     con = duckdb.connect()
     con.execute("SET threads=2")
     text_path = root.parent / "sorted-urls.txt"
     con.execute(
         "COPY (SELECT u FROM (SELECT DISTINCT dataset_id, "
-        "scheme || '://' || host || coalesce(':' || CAST(port AS VARCHAR), '') || path_query AS u "
+        f"{DERIVED_SQL['url']} AS u "
         f"FROM read_parquet('{glob}', hive_partitioning=true)) ORDER BY dataset_id, u) "
         f"TO '{text_path.as_posix()}' (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\t')"
     )
     rows = con.execute(
-        f"SELECT count(*) FROM (SELECT DISTINCT dataset_id, scheme, host, port, path_query "
+        f"SELECT count(*) FROM (SELECT DISTINCT dataset_id, domain, scheme, host_prefix, port, path_query "
         f"FROM read_parquet('{glob}', hive_partitioning=true))"
     ).fetchone()[0]  # type: ignore[index]
     cctx = zstandard.ZstdCompressor(level=19, threads=2)
@@ -352,6 +354,7 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
 
     from crawlstream.index import IndexBuilder, IndexReader
     from crawlstream.lake import LAKE_SCHEMA
+    from crawlstream.lake._writer import COLUMN_ENCODING, DICTIONARY_COLUMNS
 
     src = sorted((root / "urls" / f"dataset_id={big[1]}").rglob("part-*.parquet"))
     out = {}
@@ -362,7 +365,8 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
             dst.parent.mkdir(parents=True, exist_ok=True)
             table = pq.read_table(p, schema=LAKE_SCHEMA)
             pq.write_table(table, dst, row_group_size=rg_rows, compression="zstd", compression_level=9,
-                           use_dictionary=["dataset_id", "domain", "scheme", "host", "port"])
+                           use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODING,
+                           store_schema=False)
         IndexBuilder(sub, shards=16).build()
         lake_bytes = _dir_bytes(sub / "urls")
         reader = IndexReader(sub, row_groups_cached=1)  # no row-group cache: every call decodes
@@ -415,7 +419,7 @@ def run(quick: bool) -> dict[str, Any]:
     try:
         from crawlstream.index import IndexBuilder
         from crawlstream.ingest import ingest_files
-        from crawlstream.lake import LakeWriter
+        from crawlstream.lake import LAKE_COLUMNS, LakeWriter
 
         t = time.perf_counter()
         inputs, domains, weights = generate(work, n_urls, big_rows)
@@ -450,7 +454,7 @@ def run(quick: bool) -> dict[str, Any]:
             "index_bytes_per_url": round(index_bytes / text_rows, 2),
             "sorted_text_zstd19_bytes_per_url": round(text_bytes / text_rows, 2),
             "ratio_vs_sorted_text_zstd19": round((lake_bytes + index_bytes) / text_bytes, 3),
-            "url_key_column_bytes_per_url": _column_bytes(root, "url_key", text_rows),
+            "column_bytes_per_url": {c: _column_bytes(root, c, text_rows) for c in LAKE_COLUMNS},
         }
         deep = ("bigdomain.com", 1, deep_offset)
         result["latency_warm"] = _warm_latency(root, domains, weights, deep)

@@ -34,8 +34,8 @@ __all__ = ["Row", "StagingLog", "orphaned_logs"]
 
 logger = logging.getLogger(__name__)
 
-Row = tuple[int, str, str, int, int | None, str | None]
-"""(dataset_id, canonical url, domain, url_key, ts_ms, extras JSON text)."""
+Row = tuple[int, str, str, int | None, str | None]
+"""(dataset_id, canonical url, domain, ts_ms, extras JSON text): ``LakeWriter.add``'s arguments."""
 
 _HEADER = struct.Struct(">II")
 LOG_NAME = "rows.log"
@@ -130,7 +130,9 @@ def _read(path: Path) -> Iterator[Row]:
             break
         batch: list[Any] = json.loads(payload)
         for r in batch:
-            yield (int(r[0]), str(r[1]), str(r[2]), int(r[3]), r[4], r[5])
+            if len(r) == 6:  # staged before the lake derived url_key (ADR 007): drop the key
+                r = r[:3] + r[4:]
+            yield (int(r[0]), str(r[1]), str(r[2]), r[3], r[4])
         pos += _HEADER.size + length
     if pos < len(data):
         logger.warning("staging log %s: torn tail of %d bytes truncated (crash during append)", path, len(data) - pos)

@@ -38,7 +38,7 @@ from crawlstream.services._host import Host, run_standalone
 from crawlstream.services.parquet_sink._staging import Row, StagingLog, orphaned_logs
 from crawlstream.settings import Settings
 from crawlstream.topics import CONTENT_STORED, URLS_RECORDS
-from crawlstream.urls import canonicalize, url_key
+from crawlstream.urls import canonicalize
 
 GROUP = "crawlstream.parquet-sink"
 MAX_DATASET_ID = 2**31 - 1
@@ -63,7 +63,7 @@ def content_row(event: ContentStored, default_dataset_id: int) -> Row:
     if event.title:
         extras["title"] = event.title[:TITLE_MAX_CHARS]
     text = json.dumps(extras, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return (ds, canon.url, canon.domain, url_key(canon), event.fetched_at_ms, text)
+    return (ds, canon.url, canon.domain, event.fetched_at_ms, text)
 
 
 def record_row(event: UrlRecord) -> Row:
@@ -75,7 +75,7 @@ def record_row(event: UrlRecord) -> Row:
         if event.extras
         else None
     )
-    return (ds, canon.url, canon.domain, url_key(canon), event.ts_ms, extras)
+    return (ds, canon.url, canon.domain, event.ts_ms, extras)
 
 
 class SinkHandler(EventHandler):

@@ -9,7 +9,8 @@ import duckdb
 
 from crawlstream.index import DatasetCount, IndexReader
 
-URL_SQL = "scheme || '://' || host || coalesce(':' || CAST(port AS VARCHAR), '') || path_query"
+# The lake stores host as host_prefix + domain (ADR 007): the URL is derived the documented way.
+URL_SQL = "scheme || '://' || host_prefix || domain || coalesce(':' || CAST(port AS VARCHAR), '') || path_query"
 
 
 def _duck(root: Path) -> duckdb.DuckDBPyConnection:

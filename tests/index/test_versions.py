@@ -69,16 +69,17 @@ def test_build_without_new_files_writes_no_version(tmp_path: Path) -> None:
 
 def test_forced_url_key_collision_is_answered_by_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two different URLs under one url_key: each lookup and page returns its own URL."""
-    import crawlstream.urls
+    import crawlstream.lake._schema
 
     a, b = canonicalize("http://www.collide.com/a"), canonicalize("http://www.collide.com/b")
     key = url_key(a)
-    real = crawlstream.urls.url_key
-    # Force the collision: the key function maps both URLs to one key, as 56 bits will at scale.
-    monkeypatch.setattr(crawlstream.urls, "url_key", lambda u: key if u.domain == "collide.com" else real(u))
-    table, _ = build_table(7, [a.url, b.url], [a.domain, b.domain], [key, key], [1, 2], [None, None])
+    real = crawlstream.lake._schema.derive_url_key
+    # Force the collision where readers derive keys, as 56 bits will at scale.
+    monkeypatch.setattr(crawlstream.lake._schema, "derive_url_key",
+                        lambda d, u: key if d == "collide.com" else real(d, u))
+    table, _ = build_table([a.url, b.url], [a.domain, b.domain], [1, 2], [None, None])
     write_lake_file(table, partition_dir(tmp_path, 7, domain_prefix(a.domain)), row_group_rows=8, zstd_level=3)
-    only_b, _ = build_table(8, [b.url], [b.domain], [key], [3], [None])
+    only_b, _ = build_table([b.url], [b.domain], [3], [None])
     write_lake_file(only_b, partition_dir(tmp_path, 8, domain_prefix(b.domain)), row_group_rows=8, zstd_level=3)
     IndexBuilder(tmp_path, shards=2).build()
     with IndexReader(tmp_path).pin() as idx:

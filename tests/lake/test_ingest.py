@@ -23,7 +23,7 @@ def _lake_urls(root: Path) -> list[str]:
 
     glob = (root / "urls" / "**" / "*.parquet").as_posix()
     return [r[0] for r in duckdb.sql(
-        f"SELECT scheme || '://' || host || path_query FROM read_parquet('{glob}') ORDER BY 1"
+        f"SELECT scheme || '://' || host_prefix || domain || path_query FROM read_parquet('{glob}') ORDER BY 1"
     ).fetchall()]
 
 

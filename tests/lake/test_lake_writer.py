@@ -6,6 +6,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,12 +45,14 @@ def test_files_are_sorted_by_domain_then_url_and_deduplicated(tmp_path: Path) ->
     for f in w.written:
         t = pq.read_table(f.path)
         assert t.schema.equals(LAKE_SCHEMA)
-        rows = [(d, join_url(s, h, p, q)) for d, s, h, p, q in zip(
-            *(t.column(c).to_pylist() for c in ("domain", "scheme", "host", "port", "path_query")), strict=True)]
+        rows = [(d, join_url(s, h + d, p, q)) for d, s, h, p, q in zip(
+            *(t.column(c).to_pylist() for c in ("domain", "scheme", "host_prefix", "port", "path_query")),
+            strict=True)]
         assert rows == sorted(set(rows))
         meta = pq.ParquetFile(f.path).metadata
-        assert meta.row_group(0).column(1).compression == "ZSTD"
-        assert "RLE_DICTIONARY" in meta.row_group(0).column(1).encodings  # domain is dictionary-encoded
+        assert meta.row_group(0).column(0).compression == "ZSTD"
+        assert "RLE_DICTIONARY" in meta.row_group(0).column(0).encodings  # domain is dictionary-encoded
+        assert "DELTA_BYTE_ARRAY" in meta.row_group(0).column(4).encodings  # sorted paths: front coding
 
 
 def test_first_row_of_a_duplicate_url_is_kept(tmp_path: Path) -> None:
@@ -95,3 +98,30 @@ def test_compaction_merges_a_partition_and_hides_the_files_it_replaces(tmp_path:
     t = pq.read_table(merged.path)
     assert t.column("path_query").to_pylist() == ["/1", "/2", "/3"]
     assert t.column("ts").cast("int64").to_pylist() == [1000, 1001, 1001]  # /2 from the earlier file
+
+
+def test_duckdb_derives_host_url_and_url_key_like_the_readers(tmp_path: Path) -> None:
+    """Dropped columns stay available: DERIVED_SQL + the url_key function give the canonical values."""
+    from crawlstream.lake import DERIVED_SQL, register_duckdb
+    from crawlstream.urls import url_key
+
+    urls = ["http://www.a.com/x?b=1", "https://b.org:8443/y", "http://shop.c.co.uk/", "http://192.0.2.7/z"]
+    _write(tmp_path, urls, ds=9)
+    con = duckdb.connect()
+    register_duckdb(con)
+    glob = (tmp_path / "urls" / "**" / "*.parquet").as_posix()
+    rows = con.execute(
+        f"SELECT dataset_id, {DERIVED_SQL['host']}, url, url_key(domain, url) FROM ("
+        f"SELECT *, {DERIVED_SQL['url']} AS url FROM read_parquet('{glob}', hive_partitioning=true)) ORDER BY url"
+    ).fetchall()
+    want = sorted((9, canonicalize(u).host, canonicalize(u).url, url_key(u)) for u in urls)
+    assert rows == [tuple(w) for w in sorted(want, key=lambda w: w[2])]
+
+
+def test_a_host_outside_its_domain_is_rejected() -> None:
+    from crawlstream.lake import host_prefix
+
+    assert host_prefix("www.a.com", "a.com") == "www."
+    assert host_prefix("a.com", "a.com") == ""
+    with pytest.raises(ValueError, match="end with its registered domain"):
+        host_prefix("a.org", "a.com")

@@ -96,7 +96,7 @@ def test_events_become_lake_rows_readable_by_duckdb(make_settings: Callable[...,
     root = settings.data_dir
     assert lake_count(root) == 75
     assert lake_count(root, f"dataset_id = {CRAWL_DATASET} and domain = 'example.org'") == 25
-    assert lake_count(root, "host = 'shop.example.com' and path_query like '/item/%?a=1&b=2'") == 30
+    assert lake_count(root, "host_prefix || domain = 'shop.example.com' and path_query like '/item/%?a=1&b=2'") == 30
     extras = duckdb.sql(
         f"select distinct extras from read_parquet('{root}/urls/**/*.parquet', hive_partitioning=true) "
         f"where dataset_id = {CRAWL_DATASET}"
@@ -172,13 +172,13 @@ def test_staging_of_a_vanished_instance_is_adopted(make_settings: Callable[..., 
 
 def test_staging_log_truncates_a_torn_tail(tmp_path: Path) -> None:
     log = StagingLog(tmp_path / "s")
-    log.append([(1, "https://a.example/", "a.example", 5, None, None)])
+    log.append([(1, "https://a.example/", "a.example", None, None)])
     log.close()
     with open(tmp_path / "s" / "rows.log", "ab") as fh:
         fh.write(b"\x00\x00\x01\x00garbage")  # a batch cut short by a crash
     log = StagingLog(tmp_path / "s")
-    assert log.replay() == [(1, "https://a.example/", "a.example", 5, None, None)]
-    log.append([(2, "https://b.example/", "b.example", 6, 7, "{}")])
+    assert log.replay() == [(1, "https://a.example/", "a.example", None, None)]
+    log.append([(2, "https://b.example/", "b.example", 7, "{}")])
     assert [r[0] for r in log.replay()] == [1, 2]
     with pytest.raises(Exception, match="locked by another"):
         StagingLog(tmp_path / "s")

@@ -69,7 +69,6 @@ from crawlstream.index._manifest import (
 from crawlstream.lake import (
     compact_partition,
     is_compacted,
-    join_url,
     list_lake_files,
     read_replaces,
 )
@@ -326,15 +325,13 @@ class IndexBuilder:
         return FileEntry(file_id, dataset_id, hh, rel, path.stat().st_size, rg_rows), out
 
     def _distinct_urls(self, segs: list[Segment], files: dict[int, FileEntry]) -> int:
-        seen: set[str] = set()
+        """Distinct URLs of one (domain, dataset): the domain is fixed, so the other parts decide."""
+        seen: set[tuple[str, str, int | None, str]] = set()
         for s in segs:
             table = pq.ParquetFile(self.root / files[s.file_id].path).read_row_group(
-                s.row_group, columns=["scheme", "host", "port", "path_query"]
+                s.row_group, columns=["scheme", "host_prefix", "port", "path_query"]
             ).slice(s.row_start, s.row_count)
-            seen.update(
-                join_url(a, b, c, d)
-                for a, b, c, d in zip(*(table.column(i).to_pylist() for i in range(4)), strict=True)
-            )
+            seen.update(zip(*(table.column(i).to_pylist() for i in range(4)), strict=True))
         return len(seen)
 
     def _load_files(self, info: VersionInfo) -> list[FileEntry]:

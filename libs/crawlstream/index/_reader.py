@@ -54,7 +54,7 @@ from crawlstream.index._formats import (
     read_framed_payload,
 )
 from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo, index_dir
-from crawlstream.lake import segment_rows
+from crawlstream.lake import host_prefix, segment_rows
 
 __all__ = ["DatasetCount", "IndexReader", "PinnedIndex", "UrlItem", "UrlPage"]
 
@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-ROW_COLUMNS = ["url_key", "scheme", "host", "port", "path_query", "ts"]
+ROW_COLUMNS = ["scheme", "host_prefix", "port", "path_query", "ts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +281,7 @@ class IndexReader:
         self._current: _Version | None = None
         self._versions: dict[str, _Version] = {}
         self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
-        self._row_groups: _Lru[tuple[str, int, tuple[str, ...]], pa.Table] = _Lru(row_groups_cached)
+        self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(row_groups_cached)
         self._payloads: _Lru[tuple[str, int, int], tuple[bool, list[Segment], list[int]]] = _Lru(4096)
         self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
 
@@ -348,20 +348,16 @@ class IndexReader:
 
     # -- lake access -------------------------------------------------------------------
 
-    def _row_group(self, rel: str, rg: int, columns: tuple[str, ...] = tuple(ROW_COLUMNS)) -> pa.Table:
+    def _row_group(self, rel: str, rg: int) -> pa.Table:
         def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
             return pq.ParquetFile(self.root / rel, pre_buffer=False), threading.Lock()
 
         def load() -> pa.Table:
             pf, lock = self._parquet.get_or_load(rel, load_file)
             with lock:
-                return pf.read_row_group(rg, columns=list(columns), use_threads=False)
+                return pf.read_row_group(rg, columns=ROW_COLUMNS, use_threads=False)
 
-        if columns != tuple(ROW_COLUMNS):
-            full = self._row_groups.peek((rel, rg, tuple(ROW_COLUMNS)))
-            if full is not None:
-                return full
-        return self._row_groups.get_or_load((rel, rg, columns), load)
+        return self._row_groups.get_or_load((rel, rg), load)
 
 
 class PinnedIndex:
@@ -430,13 +426,15 @@ class PinnedIndex:
         fragmented, segs, starts = self._reader._payloads.get_or_load((v.version, did, dataset_id), load)
         return did, count, fragmented, segs, starts
 
-    def _rows(self, s: Segment) -> list[tuple[int, str, int | None]]:
+    def _rows(self, s: Segment, domain: str) -> list[tuple[int, str, int | None]]:
         rel = self._v.files[s.file_id].path
-        return segment_rows(self._reader._row_group(rel, s.row_group), s.row_start, s.row_count)
+        return segment_rows(self._reader._row_group(rel, s.row_group), s.row_start, s.row_count, domain)
 
-    def _merged(self, did: int, dataset_id: int, segs: list[Segment]) -> list[tuple[int, str, int | None]]:
+    def _merged(
+        self, domain: str, did: int, dataset_id: int, segs: list[Segment]
+    ) -> list[tuple[int, str, int | None]]:
         def load() -> list[tuple[int, str, int | None]]:
-            rows = [r for s in segs for r in self._rows(s)]  # segs sorted by file id: stable sort
+            rows = [r for s in segs for r in self._rows(s, domain)]  # segs sorted by file id: stable sort
             rows.sort(key=lambda r: r[1])  # keeps the earliest file's row first
             out: list[tuple[int, str, int | None]] = []
             for r in rows:
@@ -456,7 +454,7 @@ class PinnedIndex:
         did, total, fragmented, segs, starts = key
         rows: list[tuple[int, str, int | None]] = []
         if fragmented:
-            rows = self._merged(did, dataset_id, segs)[offset : offset + limit]
+            rows = self._merged(domain, did, dataset_id, segs)[offset : offset + limit]
         elif limit and offset < starts[-1]:
             i = bisect.bisect_right(starts, offset) - 1
             skip = offset - starts[i]
@@ -464,7 +462,7 @@ class PinnedIndex:
                 s = segs[i]
                 take = min(s.row_count - skip, limit - len(rows))
                 rel = self._v.files[s.file_id].path
-                rows += segment_rows(self._reader._row_group(rel, s.row_group), s.row_start + skip, take)
+                rows += segment_rows(self._reader._row_group(rel, s.row_group), s.row_start + skip, take, domain)
                 skip = 0
                 i += 1
         end = offset + len(rows)
@@ -472,11 +470,14 @@ class PinnedIndex:
         return UrlPage(total, items, end if end < total and rows else None)
 
     def lookup_url(self, url: str) -> list[int]:
-        """Dataset ids holding the canonical form of ``url`` (InvalidUrl if it has none)."""
-        from crawlstream.urls import canonicalize, url_key
+        """Dataset ids holding the canonical form of ``url`` (InvalidUrl if it has none).
+
+        Rows are matched by their URL parts, never by url_key, so colliding keys cannot mix
+        URLs up (the key is derived from the URL anyway).
+        """
+        from crawlstream.urls import canonicalize
 
         canon = canonicalize(url)
-        key = url_key(canon)
         did = self._v.domain_id(canon.domain)
         if did is None:
             return []
@@ -486,31 +487,31 @@ class PinnedIndex:
             if k is None:
                 continue
             _, _, fragmented, segs, _ = k
-            candidates = segs if fragmented else self._candidate_segments(segs, canon.url)
-            if any(self._segment_has(s, key, canon.url) for s in candidates):
+            candidates = segs if fragmented else self._candidate_segments(segs, canon.domain, canon.url)
+            if any(self._segment_has(s, canon) for s in candidates):
                 found.append(ds)
         return found
 
-    def _first_url(self, s: Segment) -> str:
-        return self._rows(Segment(s.file_id, s.row_group, s.row_start, 1))[0][1]
+    def _first_url(self, s: Segment, domain: str) -> str:
+        return self._rows(Segment(s.file_id, s.row_group, s.row_start, 1), domain)[0][1]
 
-    def _candidate_segments(self, segs: list[Segment], url: str) -> list[Segment]:
+    def _candidate_segments(self, segs: list[Segment], domain: str, url: str) -> list[Segment]:
         """The one segment whose URL range can hold ``url`` (segments are in URL order)."""
         lo, hi = 0, len(segs)
         while lo < hi:  # last segment whose first url <= url
             mid = (lo + hi) >> 1
-            if self._first_url(segs[mid]) <= url:
+            if self._first_url(segs[mid], domain) <= url:
                 lo = mid + 1
             else:
                 hi = mid
         return [segs[lo - 1]] if lo else []
 
-    def _segment_has(self, s: Segment, key: int, url: str) -> bool:
+    def _segment_has(self, s: Segment, canon: Any) -> bool:
         rel = self._v.files[s.file_id].path
-        keys = self._reader._row_group(rel, s.row_group, ("url_key",)).column("url_key")
-        hits = pc.indices_nonzero(pc.equal(keys.slice(s.row_start, s.row_count), pa.scalar(key, pa.int64())))
-        if len(hits) == 0:
-            return False  # decoding only the key column keeps a miss cheap
         t = self._reader._row_group(rel, s.row_group).slice(s.row_start, s.row_count)
-        # Same key but a different URL is a collision: only the URL string decides.
-        return any(segment_rows(t, i, 1)[0][1] == url for i in hits.to_pylist())
+        hits = pc.indices_nonzero(pc.equal(t.column("path_query"), pa.scalar(canon.path_query)))
+        if len(hits) == 0:
+            return False  # one vectorised compare keeps a miss cheap
+        want = (canon.scheme, host_prefix(canon.host, canon.domain), canon.port)
+        parts = t.take(hits).select(["scheme", "host_prefix", "port"]).to_pylist()
+        return any((r["scheme"], r["host_prefix"], r["port"]) == want for r in parts)

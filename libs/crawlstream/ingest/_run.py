@@ -79,7 +79,7 @@ def ingest_files(
     progress: Callable[[IngestStats], None] | None = None,
 ) -> IngestStats:
     """Import ``paths`` as dataset ``dataset_id`` through ``writer`` (flushed at the end)."""
-    from crawlstream.urls import canonicalize, url_key
+    from crawlstream.urls import canonicalize
 
     if dataset_id < 0 or dataset_id > 2**31 - 1:
         raise BadDataError(f"dataset id must be in 0..2147483647, got {dataset_id}")
@@ -106,8 +106,7 @@ def ingest_files(
                         except InvalidUrl as exc:
                             reason, error = exc.reason, str(exc)
                         else:
-                            add(dataset_id, canon.url, canon.domain, url_key(canon),
-                                batch.ts_ms[i], batch.extras[i])
+                            add(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
                             stats.valid += 1
                             continue
                     stats.invalid[reason] += 1

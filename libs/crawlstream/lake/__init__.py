@@ -4,7 +4,7 @@ Writer (:class:`LakeWriter`), schema and URL split, atomic publication, listing 
 partition compaction. Readers of served answers go through ``crawlstream.index``.
 """
 
-from crawlstream.lake._compact import compact_partition
+from crawlstream.lake._compact import compact_partition, lake_urls
 from crawlstream.lake._files import (
     COMPACTED_PREFIX,
     REPLACES_KEY,
@@ -15,11 +15,21 @@ from crawlstream.lake._files import (
     read_replaces,
     segment_rows,
 )
-from crawlstream.lake._schema import LAKE_COLUMNS, LAKE_SCHEMA, join_url, split_url
+from crawlstream.lake._schema import (
+    DERIVED_SQL,
+    LAKE_COLUMNS,
+    LAKE_SCHEMA,
+    derive_url_key,
+    host_prefix,
+    join_url,
+    register_duckdb,
+    split_url,
+)
 from crawlstream.lake._writer import LakeWriter, WrittenFile, build_table, write_lake_file
 
 __all__ = [
     "COMPACTED_PREFIX",
+    "DERIVED_SQL",
     "LAKE_COLUMNS",
     "LAKE_SCHEMA",
     "REPLACES_KEY",
@@ -28,11 +38,15 @@ __all__ = [
     "WrittenFile",
     "build_table",
     "compact_partition",
+    "derive_url_key",
+    "host_prefix",
     "is_compacted",
     "join_url",
+    "lake_urls",
     "list_lake_files",
     "partition_dir",
     "read_replaces",
+    "register_duckdb",
     "segment_rows",
     "split_url",
     "write_lake_file",

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crawlstream.lake._schema import join_url
+from crawlstream.lake import _schema
 
 __all__ = [
     "COMPACTED_PREFIX",
@@ -84,17 +84,20 @@ def list_lake_files(root: Path) -> Iterator[LakeFile]:
 
 
 def segment_rows(
-    table: pa.Table, row_start: int, row_count: int
+    table: pa.Table, row_start: int, row_count: int, domain: str
 ) -> list[tuple[int, str, int | None]]:
-    """(url_key, url, ts_ms) for rows ``[row_start, row_start + row_count)`` of a row-group table."""
+    """(url_key, url, ts_ms) for rows ``[row_start, row_start + row_count)`` of a row-group table
+    whose rows in that range all belong to ``domain`` (a postings segment); url and url_key are
+    derived (``_schema``)."""
     t = table.slice(row_start, row_count)
-    keys = t.column("url_key").to_pylist()
     schemes = t.column("scheme").to_pylist()
-    hosts = t.column("host").to_pylist()
+    prefixes = t.column("host_prefix").to_pylist()
     ports = t.column("port").to_pylist()
     paths = t.column("path_query").to_pylist()
     ts = t.column("ts").cast(pa.int64()).to_pylist()
-    return [
-        (k, join_url(s, h, p, q), m)
-        for k, s, h, p, q, m in zip(keys, schemes, hosts, ports, paths, ts, strict=True)
-    ]
+    key = _schema.derive_url_key  # looked up per call: tests force collisions through it
+    out = []
+    for s, h, p, q, m in zip(schemes, prefixes, ports, paths, ts, strict=True):
+        url = _schema.join_url(s, h + domain, p, q)
+        out.append((key(domain, url), url, m))
+    return out

@@ -1,23 +1,45 @@
-"""The lake's row schema and the split of a canonical URL into its columns. Pure: no I/O.
+"""The lake's row schema, the split of a canonical URL into its columns, and the derived
+columns. Pure: no I/O.
 
-A canonical URL is stored as ``scheme`` + ``host`` + ``port`` + ``path_query`` and rebuilt
-with :func:`join_url`; :func:`split_url` is its exact inverse on any string containing
-``://`` (property-tested), so the lake never needs a full ``url`` column.
+A row stores ``domain`` + ``scheme`` + ``host_prefix`` + ``port`` + ``path_query``
+(+ ``ts``, ``extras``). Everything else the seed's §2.1 lists is derived, because storing it
+costs bytes that the URL already holds (docs/decisions/007-lake-derived-columns.md):
+
+* ``host = host_prefix + domain`` (``"www."`` + ``"example.com"``; ``""`` when the host is
+  the registered domain) — a dictionary of ~20 prefixes instead of every host string again;
+* ``url = join_url(scheme, host, port, path_query)``; :func:`split_url` is its exact inverse;
+* ``url_key = derive_url_key(domain, url)`` (the int63 of schemas/URL_KEYS.md);
+* ``dataset_id`` (and ``domain_prefix``) from the file's path, the Hive partition.
+
+:data:`DERIVED_SQL` derives the same columns in DuckDB over ``read_parquet(...,
+hive_partitioning=true)``; :func:`register_duckdb` adds ``url_key`` as a function.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
-__all__ = ["LAKE_COLUMNS", "LAKE_SCHEMA", "SORT_KEYS_DOC", "join_url", "split_url"]
+from crawlstream.urls import compose_key, domain_checksum, fnv1a_64
+
+__all__ = [
+    "DERIVED_SQL",
+    "LAKE_COLUMNS",
+    "LAKE_SCHEMA",
+    "SORT_KEYS_DOC",
+    "derive_url_key",
+    "host_prefix",
+    "join_url",
+    "register_duckdb",
+    "split_url",
+]
 
 LAKE_SCHEMA = pa.schema(
     [
-        pa.field("dataset_id", pa.int32(), nullable=False),
         pa.field("domain", pa.string(), nullable=False),  # registered domain (eTLD+1)
-        pa.field("url_key", pa.int64(), nullable=False),
         pa.field("scheme", pa.string(), nullable=False),
-        pa.field("host", pa.string(), nullable=False),
+        pa.field("host_prefix", pa.string(), nullable=False),  # host = host_prefix + domain
         pa.field("port", pa.int32(), nullable=True),  # null = default port
         pa.field("path_query", pa.string(), nullable=False),
         pa.field("ts", pa.timestamp("ms"), nullable=True),
@@ -26,6 +48,12 @@ LAKE_SCHEMA = pa.schema(
 )
 LAKE_COLUMNS = tuple(LAKE_SCHEMA.names)
 SORT_KEYS_DOC = "rows are sorted by (domain, url) with url = join_url(scheme, host, port, path_query)"
+
+DERIVED_SQL = {
+    "host": "host_prefix || domain",
+    "url": "scheme || '://' || host_prefix || domain || coalesce(':' || CAST(port AS VARCHAR), '') || path_query",
+}
+"""DuckDB expressions of the derived columns (``dataset_id`` comes from the Hive partition)."""
 
 
 def split_url(url: str) -> tuple[str, str, int | None, str]:
@@ -50,3 +78,20 @@ def join_url(scheme: str, host: str, port: int | None, path_query: str) -> str:
     if port is None:
         return f"{scheme}://{host}{path_query}"
     return f"{scheme}://{host}:{port}{path_query}"
+
+
+def host_prefix(host: str, domain: str) -> str:
+    """``("www.example.com", "example.com")`` -> ``"www."``; the host must end with its domain."""
+    if not host.endswith(domain):
+        raise ValueError(f"expected host {host!r} to end with its registered domain {domain!r}")
+    return host[: len(host) - len(domain)]
+
+
+def derive_url_key(domain: str, url: str) -> int:
+    """The url_key of a canonical ``url`` whose registered domain is ``domain`` (no re-parse)."""
+    return compose_key(domain_checksum(domain), fnv1a_64(url.encode("utf-8")))
+
+
+def register_duckdb(con: Any) -> None:
+    """Add ``url_key(domain, url)`` to a DuckDB connection (same value as :func:`derive_url_key`)."""
+    con.create_function("url_key", derive_url_key, ["VARCHAR", "VARCHAR"], "BIGINT", side_effects=False)

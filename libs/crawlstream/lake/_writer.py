@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from crawlstream.durable import fsync_dir
 from crawlstream.errors import StorageUnavailable
 from crawlstream.lake._files import REPLACES_KEY, partition_dir
-from crawlstream.lake._schema import LAKE_SCHEMA, split_url
+from crawlstream.lake._schema import LAKE_SCHEMA, host_prefix, split_url
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
@@ -40,7 +40,10 @@ __all__ = ["LakeWriter", "WrittenFile", "write_lake_file"]
 
 logger = logging.getLogger(__name__)
 
-DICTIONARY_COLUMNS = ["dataset_id", "domain", "scheme", "host", "port"]
+# Encodings measured in docs/decisions/007-lake-derived-columns.md: dictionary + RLE for the
+# low-cardinality columns (rows are sorted, so runs are long), front coding for the sorted paths.
+DICTIONARY_COLUMNS = ["domain", "scheme", "host_prefix", "port"]
+COLUMN_ENCODING = {"path_query": "DELTA_BYTE_ARRAY", "ts": "DELTA_BINARY_PACKED", "extras": "PLAIN"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,6 @@ class WrittenFile:
 class _Buffer:
     urls: list[str] = field(default_factory=list)
     domains: list[str] = field(default_factory=list)
-    keys: list[int] = field(default_factory=list)
     ts_ms: list[int | None] = field(default_factory=list)
     extras: list[str | None] = field(default_factory=list)
 
@@ -94,7 +96,8 @@ def write_lake_file(
             compression="zstd",
             compression_level=zstd_level,
             use_dictionary=DICTIONARY_COLUMNS,
-            write_statistics=["domain"],
+            column_encoding=COLUMN_ENCODING,
+            write_statistics=["domain"],  # lets DuckDB & co. prune row groups by domain
             # The Arrow schema costs ~700 B per file (many files are small); the Parquet types map
             # back to LAKE_SCHEMA. Compacted files need it: it carries `replaces`.
             store_schema=bool(replaces),
@@ -177,7 +180,6 @@ class LakeWriter:
         dataset_id: int,
         url: str,
         domain: str,
-        url_key: int,
         ts_ms: int | None = None,
         extras: str | None = None,
     ) -> None:
@@ -192,7 +194,6 @@ class LakeWriter:
             buf = self._buffers[(dataset_id, hh)] = _Buffer()
         buf.urls.append(url)
         buf.domains.append(domain)
-        buf.keys.append(url_key)
         buf.ts_ms.append(ts_ms)
         buf.extras.append(extras)
         self._buffered += 1
@@ -206,9 +207,7 @@ class LakeWriter:
         self, dataset_id: int, canonical: Any, ts_ms: int | None = None, extras: str | None = None
     ) -> None:
         """Buffer a ``crawlstream.urls.CanonicalUrl``."""
-        from crawlstream.urls import url_key
-
-        self.add(dataset_id, canonical.url, canonical.domain, url_key(canonical), ts_ms, extras)
+        self.add(dataset_id, canonical.url, canonical.domain, ts_ms, extras)
 
     def flush(self) -> list[WrittenFile]:
         """Publish every buffered partition; return the files written by this call."""
@@ -222,7 +221,7 @@ class LakeWriter:
                 if not buf.urls:
                     continue
                 self._buffered -= len(buf.urls)
-                table, dropped = build_table(key[0], buf.urls, buf.domains, buf.keys, buf.ts_ms, buf.extras)
+                table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
                 fut = pool.submit(write_lake_file, table, partition_dir(self.root, *key),
                                   row_group_rows=self.row_group_rows, zstd_level=self.zstd_level)
                 pending.append((key, table.num_rows, dropped, fut))
@@ -247,7 +246,7 @@ class LakeWriter:
             return
         dataset_id, hh = key
         self._buffered -= len(buf.urls)
-        table, dropped = build_table(dataset_id, buf.urls, buf.domains, buf.keys, buf.ts_ms, buf.extras)
+        table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
         path, size = write_lake_file(
             table, partition_dir(self.root, dataset_id, hh),
             row_group_rows=self.row_group_rows, zstd_level=self.zstd_level,
@@ -256,32 +255,30 @@ class LakeWriter:
 
 
 def build_table(
-    dataset_id: int,
     urls: Sequence[str],
     domains: Sequence[str],
-    keys: Sequence[int],
     ts_ms: Sequence[int | None],
     extras: Sequence[str | None],
 ) -> tuple[pa.Table, int]:
-    """Rows -> a lake-ordered, deduplicated table in ``LAKE_SCHEMA``; and the #duplicates dropped."""
-    url_arr = pa.array(urls, pa.string())
-    order, dropped = sort_dedupe(url_arr, pa.array(domains, pa.string()))
+    """Rows -> a lake-ordered, deduplicated table in ``LAKE_SCHEMA``; and the #duplicates dropped.
+
+    ``urls`` are canonical and ``domains`` their registered domains (ValueError otherwise).
+    """
+    domain_arr = pa.array(domains, pa.string())
+    order, dropped = sort_dedupe(pa.array(urls, pa.string()), domain_arr)
     idx = order.to_pylist()
-    schemes, hosts, ports, paths = [], [], [], []
+    schemes, prefixes, ports, paths = [], [], [], []
     for i in idx:
         s, h, p, q = split_url(urls[i])
         schemes.append(s)
-        hosts.append(h)
+        prefixes.append(host_prefix(h, domains[i]))
         ports.append(p)
         paths.append(q)
-    n = len(idx)
     table = pa.table(
         [
-            pa.array([dataset_id] * n, pa.int32()),
-            pa.array(domains, pa.string()).take(order),
-            pa.array(keys, pa.int64()).take(order),
+            domain_arr.take(order),
             pa.array(schemes, pa.string()),
-            pa.array(hosts, pa.string()),
+            pa.array(prefixes, pa.string()),
             pa.array(ports, pa.int32()),
             pa.array(paths, pa.string()),
             pa.array(ts_ms, pa.int64()).take(order).cast(pa.timestamp("ms")),
