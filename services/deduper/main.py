@@ -110,6 +110,7 @@ def build(host: Host) -> LoopService:
         dlq_producer=host.bus.producer(),
         producers=[out],
         poll_timeout_s=settings.bus.poll_timeout_s,
+        commit_interval_s=settings.bus.commit_interval_s,
         registry=host.registry,
         stop_event=host.stop_event,
     )

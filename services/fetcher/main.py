@@ -1,18 +1,24 @@
-"""Fetcher wiring: consume ``fetch.requests``, fetch each batch concurrently, emit ``fetch.results``.
+"""Fetcher wiring: consume ``fetch.requests``, keep ``fetch.concurrency`` fetches running, emit ``fetch.results``.
 
 Every request produces exactly one result, whatever happened (ok, HTTP error, timeout, DNS
 failure, robots disallowed, blocked address, redirect): the scheduler needs it to release
 the domain's slot. Redirects are reported, not followed; the link extractor sends the
-location back through dedupe. A batch is committed only after all its results are flushed.
+location back through dedupe. Each result is sent as soon as its fetch ends (the next
+request of that domain waits on it); an offset is committed only after its result and
+every earlier one of its partition were flushed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Mapping
 
 import zstandard
 
-from crawlstream.bus import Message
+from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
@@ -51,41 +57,109 @@ def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandar
 
 
 class FetchHandler(EventHandler):
-    def __init__(self, fetcher: Fetcher, out: EventProducer) -> None:
+    """Keeps up to ``concurrency`` fetches running and emits each result as soon as it is done.
+
+    Fetches run on an asyncio loop of a private thread; the service loop's thread starts them
+    (``handle``), sends finished ones (``end_batch``) and commits only offsets whose result was
+    sent (``unfinished``). A slow page holds back nothing but its own offset's commit.
+    """
+
+    def __init__(self, fetcher: Fetcher, out: EventProducer, concurrency: int, wait_s: float = 0.2) -> None:
         self._fetcher = fetcher
         self._out = out
-        self._batch: list[FetchRequest] = []
-        self._aio = asyncio.new_event_loop()
+        self._concurrency = concurrency
+        self._wait_s = wait_s
         self._compressor = zstandard.ZstdCompressor(level=3)
+        self._done: queue.SimpleQueue[_Started] = queue.SimpleQueue()
+        self._started: dict[TopicPartition, dict[int, _Started]] = {}  # not yet sent, by offset
+        self._count = 0
+        self._aio = asyncio.new_event_loop()
+        self._aio_thread = threading.Thread(target=self._aio.run_forever, name="fetcher-aio", daemon=True)
+        self._aio_thread.start()
         self.fetched = 0
 
+    def room(self, batch_size: int) -> int:
+        return max(0, min(batch_size, self._concurrency - self._count))
+
     def handle(self, event: FetchRequest, message: Message) -> None:
-        self._batch.append(event)
+        started = _Started(message.topic_partition, message.offset, event)
+        self._started.setdefault(started.tp, {})[started.offset] = started
+        self._count += 1
+        future = asyncio.run_coroutine_threadsafe(self._fetcher.afetch(event.url, attempt=event.attempt), self._aio)
+        started.future = future
+        future.add_done_callback(lambda _f: self._done.put(started))
 
     def end_batch(self) -> None:
-        if not self._batch:
-            return
-        batch, self._batch = self._batch, []
-        outcomes = self._aio.run_until_complete(self._fetch_all(batch))
-        for request, outcome in zip(batch, outcomes, strict=True):
-            self._out.send(FETCH_RESULTS, to_result(request, outcome, self._compressor))
-        self.fetched += len(batch)
+        # At full capacity nothing new can start: wait for a slot (bounded, so stop is seen).
+        self._send_done(wait_s=self._wait_s if self._count >= self._concurrency else 0.0)
 
-    async def _fetch_all(self, batch: list[FetchRequest]) -> list[FetchOutcome]:
-        # gather() must be called inside the running loop: outside it, it looks for the
-        # thread's current loop, which a service thread does not have.
-        return await asyncio.gather(*(self._fetcher.afetch(r.url, attempt=r.attempt) for r in batch))
+    def unfinished(self) -> Mapping[TopicPartition, int]:
+        return {tp: min(by_offset) for tp, by_offset in self._started.items() if by_offset}
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        # Finish the revoked partitions' fetches so their offsets can be committed now.
+        revoked = set(partitions)
+        while any(self._started.get(tp) for tp in revoked):
+            self._send_done(wait_s=self._wait_s)
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        # Another member owns them now and will fetch these again: send nothing for them.
+        for tp in partitions:
+            for started in self._started.pop(tp, {}).values():
+                started.dropped = True
+                self._count -= 1
+
+    def _send_done(self, wait_s: float) -> None:
+        try:
+            started = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if not started.dropped:
+                outcome = started.result()  # afetch raises only for bugs: let them stop the service
+                self._out.send(FETCH_RESULTS, to_result(started.request, outcome, self._compressor))
+                del self._started[started.tp][started.offset]
+                self._count -= 1
+                self.fetched += 1
+            try:
+                started = self._done.get_nowait()
+            except queue.Empty:
+                return
 
     def close(self) -> None:
-        self._aio.run_until_complete(self._fetcher.aclose())
+        asyncio.run_coroutine_threadsafe(self._fetcher.aclose(), self._aio).result()
+        self._aio.call_soon_threadsafe(self._aio.stop)
+        self._aio_thread.join()
         self._aio.close()
+
+
+class _Started:
+    """One request whose fetch was started and whose result was not sent yet."""
+
+    __slots__ = ("dropped", "future", "offset", "request", "tp")
+
+    def __init__(self, tp: TopicPartition, offset: int, request: FetchRequest) -> None:
+        self.tp = tp
+        self.offset = offset
+        self.request = request
+        self.future: concurrent.futures.Future[FetchOutcome] | None = None
+        self.dropped = False
+
+    def result(self) -> FetchOutcome:
+        assert self.future is not None
+        return self.future.result()
 
 
 def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> LoopService:
     settings = host.settings
     consumer = host.bus.consumer(GROUP)
     out = host.event_producer()
-    handler = FetchHandler(Fetcher.from_settings(settings, resolve_map=resolve_map), out)
+    handler = FetchHandler(
+        Fetcher.from_settings(settings, resolve_map=resolve_map),
+        out,
+        settings.fetch.concurrency,
+        wait_s=min(settings.bus.poll_timeout_s, 0.2),
+    )
     loop = ServiceLoop(
         service="fetcher",
         consumer=consumer,
@@ -96,6 +170,7 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         producers=[out],
         batch_size=settings.fetch.concurrency,
         poll_timeout_s=min(settings.bus.poll_timeout_s, 0.2),
+        commit_interval_s=settings.bus.commit_interval_s,
         registry=host.registry,
         stop_event=host.stop_event,
     )

@@ -117,6 +117,7 @@ def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LoopS
         dlq_producer=host.bus.producer(),
         producers=[out],
         poll_timeout_s=settings.bus.poll_timeout_s,
+        commit_interval_s=settings.bus.commit_interval_s,
         registry=host.registry,
         stop_event=host.stop_event,
     )

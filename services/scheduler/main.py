@@ -62,6 +62,7 @@ class ScheduleHandler(EventHandler):
         self._due_limit = due_limit
         self._owned: set[int] = set()
         self._incoming: dict[int, list[FrontierEntry]] = {}
+        self._results: dict[int, list[tuple[str, str, FetchOutcome]]] = {}
         self._touched: set[int] = set()  # partitions whose frontier files were appended to
         self.requested = 0
 
@@ -92,40 +93,45 @@ class ScheduleHandler(EventHandler):
             )
             self._incoming.setdefault(message.partition, []).append(entry)
             return
-        # complete() appends a retry to the frontier file itself: enqueueing it again here
-        # would fetch a failing URL twice per attempt.
-        self._scheduler.complete(message.partition, event.domain, event.url, to_outcome(event))
-        self._touched.add(message.partition)
+        self._results.setdefault(message.partition, []).append((event.domain, event.url, to_outcome(event)))
 
     def end_batch(self) -> None:
-        # 1. append what arrived to the frontier files, 2. then hand out what is due: a URL
-        #    enqueued in this batch may be due at once (a new domain).
+        # 1. close the tickets of the results (complete appends retries to the frontier files
+        #    itself: enqueueing them again would fetch a failing URL twice per attempt),
+        # 2. append what arrived to the frontier files, 3. then hand out what is due: a URL
+        #    enqueued in this batch, or the next one of a domain whose result just came, may
+        #    be due at once.
+        if self._results:
+            self._scheduler.complete_all(self._results)
+            self._touched.update(self._results)
+            self._results.clear()
         for partition, entries in self._incoming.items():
             self._scheduler.enqueue(partition, entries)
             self._touched.add(partition)
         self._incoming.clear()
-        # The loop commits after end_batch: the appended records must be durable first.
+        now_ms = int(time.time() * 1000)
+        for ticket in self._scheduler.due_all(sorted(self._owned), limit=self._due_limit):
+            entry = ticket.entry
+            self._out.send(
+                FETCH_REQUESTS,
+                FetchRequest(
+                    url=entry.url,
+                    url_key=entry.url_key,
+                    domain=entry.domain,
+                    depth=entry.depth,
+                    attempt=entry.attempt,
+                    requested_at_ms=now_ms,
+                    dataset_id=self._dataset_id,
+                ),
+            )
+            self.requested += 1
+
+    def before_commit(self) -> None:
+        # The commit ends the replay of what was appended: the records must be durable first.
         if self._sync_frontier:
             for partition in self._touched & self._owned:
                 self._scheduler.flush_partition(partition)
         self._touched.clear()
-        now_ms = int(time.time() * 1000)
-        for partition in sorted(self._owned):
-            for ticket in self._scheduler.due(partition, limit=self._due_limit):
-                entry = ticket.entry
-                self._out.send(
-                    FETCH_REQUESTS,
-                    FetchRequest(
-                        url=entry.url,
-                        url_key=entry.url_key,
-                        domain=entry.domain,
-                        depth=entry.depth,
-                        attempt=entry.attempt,
-                        requested_at_ms=now_ms,
-                        dataset_id=self._dataset_id,
-                    ),
-                )
-                self.requested += 1
 
     def pending(self) -> tuple[int, int]:
         """(domains with unread URLs, requests in flight) over owned partitions."""
@@ -156,6 +162,7 @@ def build(host: Host) -> LoopService:
         dlq_producer=host.bus.producer(),
         producers=[out],
         poll_timeout_s=min(settings.bus.poll_timeout_s, 0.1),
+        commit_interval_s=settings.bus.commit_interval_s,
         registry=host.registry,
         stop_event=host.stop_event,
     )

@@ -135,11 +135,12 @@ def run_crawl(
         handler=stats_handler,
         dlq_producer=host.bus.producer(),
         poll_timeout_s=settings.bus.poll_timeout_s,
+        commit_interval_s=settings.bus.commit_interval_s,
         registry=host.registry,
-        stop_event=host.stop_event,
     )
     stats_service = LoopService(stats_loop, stats_handler, on_close=stats_handler.save)
-    specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,)))
+    # last: it counts the results the fetcher sends while finishing its fetches in flight
+    specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,), last=True))
 
     groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
     probe = LagProbe({g: host.bus.consumer(g) for g in groups}, groups, end_offsets)

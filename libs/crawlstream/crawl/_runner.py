@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
 from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter
@@ -21,7 +21,7 @@ from crawlstream.crawl._stats import CrawlStats
 from crawlstream.crawl._summary import CrawlSummary, summarize
 from crawlstream.topics import FETCH_REQUESTS, URLS_FRONTIER
 
-__all__ = ["CrawlRunner", "Runnable", "ServiceSpec"]
+__all__ = ["CrawlRunner", "Drainable", "Runnable", "ServiceSpec"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,20 +36,34 @@ class Runnable(Protocol):
     def close(self) -> None: ...
 
 
+class Drainable(Runnable, Protocol):
+    """A service that can be told to consume what is left, then stop."""
+
+    def stop_when_idle(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
-    """One service of the crawl. ``group``/``topics``: what the drain check waits for."""
+    """One service of the crawl. ``group``/``topics``: what the drain check waits for.
+
+    ``last``: stopped only after every other service has stopped, and only once it has
+    consumed what they produced while stopping (the run's own counters: the fetcher
+    finishes its fetches in flight, and their results must be counted). Its ``build`` must
+    return a ``Drainable`` that does not watch the crawl's stop event.
+    """
 
     name: str
     build: Callable[[], Runnable]
     group: str | None
     topics: tuple[str, ...]
+    last: bool = False
 
 
 class _ServiceThread:
-    def __init__(self, name: str, service: Runnable) -> None:
+    def __init__(self, name: str, service: Runnable, last: bool) -> None:
         self.name = name
         self.service = service
+        self.last = last
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, name=f"crawl-{name}", daemon=True)
 
@@ -115,7 +129,7 @@ class CrawlRunner:
         threads: list[_ServiceThread] = []
         try:
             for spec in self._specs:  # build all first: a wiring error stops before any work
-                threads.append(_ServiceThread(spec.name, spec.build()))
+                threads.append(_ServiceThread(spec.name, spec.build(), spec.last))
         except BaseException:
             for built in threads:
                 built.service.close()
@@ -128,12 +142,8 @@ class CrawlRunner:
             reason = self._watch(threads, start_stats, started)
         finally:
             self._stop.set()
-            for t in threads:
-                t.service.stop()
-            for t in threads:
-                t.thread.join(self._join_timeout_s)
-                if t.thread.is_alive():
-                    logger.error("service %s did not stop within %.0f s", t.name, self._join_timeout_s)
+            self._stop_threads([t for t in threads if not t.last], drain=False)
+            self._stop_threads([t for t in threads if t.last], drain=True)
             self._reporter.close()
         failed = [t for t in threads if t.error is not None]
         if failed:
@@ -141,6 +151,17 @@ class CrawlRunner:
         summary = summarize(reason, start_stats, self._stats(), self._clock() - started)
         logger.info("crawl ended (%s): %s", reason, summary.to_line())
         return summary
+
+    def _stop_threads(self, threads: list[_ServiceThread], *, drain: bool) -> None:
+        for t in threads:
+            if drain and t.error is None:
+                cast(Drainable, t.service).stop_when_idle()
+            else:
+                t.service.stop()
+        for t in threads:
+            t.thread.join(self._join_timeout_s)
+            if t.thread.is_alive():
+                logger.error("service %s did not stop within %.0f s", t.name, self._join_timeout_s)
 
     def _watch(self, threads: list[_ServiceThread], start_stats: CrawlStats, started: float) -> str:
         while not self._stop.wait(self._check_interval_s):

@@ -19,7 +19,9 @@ Caller's contract (the scheduler service): one instance owns a partition at a ti
 event; ``due`` in a loop, producing one ``fetch.requests`` event per ticket. Calls on one
 instance are serialized per partition. ``due`` is also safe across instances: a domain is
 claimed in Redis by a Lua script, so two callers never hand out the same domain's slot twice.
-``complete_many`` closes a batch of results in two round trips.
+The batch forms ``complete_all`` and ``due_all`` cover every owned partition in two round
+trips each, however many results and domains: per-hop latency is what bounds a polite crawl
+(each domain's next request waits for its previous result).
 
 Delivery is at-least-once: a ticket is recorded (with a lease) before ``due`` returns it, so
 a crash before its request is produced re-dispatches the URL once the lease expires; a
@@ -33,7 +35,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +65,8 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 # Claim up to ARGV[2] due domains: each leaves the ready queue; those that may send another
-# request get rd=1 (the claim) and infl+1 and are returned. Atomic, so two callers never
+# request get rd=1 (the claim) and infl+1 and are returned with their file state and next
+# fetch time, flat: domain, gen, off, size, next, domain, ... Atomic, so two callers never
 # claim the same domain.
 _CLAIM = """
 local now = tonumber(ARGV[1])
@@ -74,12 +78,16 @@ local out = {}
 for _, d in ipairs(due) do
   redis.call('ZREM', KEYS[1], d)
   local h = ARGV[5] .. d
-  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd')
+  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next')
   local infl = tonumber(v[1]) or 0
   if (not v[5]) and infl < max_in_flight and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
       and (tonumber(v[4]) or 0) < budget then
     redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
     out[#out + 1] = d
+    out[#out + 1] = v[6] or ''
+    out[#out + 1] = v[2] or ''
+    out[#out + 1] = v[3] or ''
+    out[#out + 1] = v[7] or ''
   end
 end
 return out
@@ -172,6 +180,24 @@ def _int(value: Any, default: int = 0) -> int:
     return default if value is None else int(value)
 
 
+class _Script:
+    """A Lua script queued on a pipeline as EVAL.
+
+    redis-py's registered scripts make every pipeline ``execute`` send SCRIPT EXISTS first:
+    one more round trip per pipeline, on the path from a fetch result to the next request.
+    EVAL carries the body (Redis caches the compiled script by its SHA) and cannot fail
+    with NOSCRIPT after a Redis restart.
+    """
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __call__(self, *, keys: Sequence[Any], args: Sequence[Any], client: Any) -> Any:
+        return client.eval(self.source, len(keys), *keys, *args)
+
+
 class _Keys:
     __slots__ = ("domains", "hash_prefix", "inflight", "leases", "ready")
 
@@ -229,10 +255,10 @@ class Scheduler:
         self.lease_ms = int(lease_s * 1000)
         self.compact_min_bytes = compact_min_bytes
         self.stats: Counter[str] = Counter()
-        self._claim = redis_client.register_script(_CLAIM)
-        self._requeue = redis_client.register_script(_REQUEUE)
-        self._dispatch_script = redis_client.register_script(_DISPATCH)
-        self._complete_script = redis_client.register_script(_COMPLETE)
+        self._claim = _Script(_CLAIM)
+        self._requeue = _Script(_REQUEUE)
+        self._dispatch_script = _Script(_DISPATCH)
+        self._complete_script = _Script(_COMPLETE)
         self._verified: dict[int, set[str]] = {}
         self._locks: dict[int, threading.RLock] = {}
         self._locks_guard = threading.Lock()
@@ -365,25 +391,44 @@ class Scheduler:
 
         Each ticket holds one of its domain's in-flight slots until ``complete``.
         """
+        return self.due_all([partition], now_ms, limit)
+
+    def due_all(self, partitions: Sequence[int], now_ms: int | None = None, limit: int = 100) -> list[FetchTicket]:
+        """``due`` over several partitions (``limit`` domains each) in two Redis round trips."""
         now = self.now_ms() if now_ms is None else now_ms
-        keys = _Keys(partition)
-        with self._lock(partition):
+        ordered = sorted(set(partitions))
+        if not ordered:
+            return []
+        with ExitStack() as held:
+            for partition in ordered:
+                held.enter_context(self._lock(partition))
             try:
-                self._reclaim_expired(partition, keys, now, limit)
-                claimed = [
-                    _text(d)
-                    for d in self._claim(
+                pipe = self.redis.pipeline(transaction=False)
+                for partition in ordered:
+                    keys = _Keys(partition)
+                    pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
+                    self._claim(
                         keys=[keys.ready],
                         args=[now, limit, self.max_in_flight, self.max_pages, keys.hash_prefix, HEADER_SIZE],
+                        client=pipe,
                     )
-                ]
+                replies = pipe.execute()
+                claimed: dict[int, list[tuple[str, list[Any]]]] = {}
+                for i, partition in enumerate(ordered):
+                    expired, flat = replies[2 * i], replies[2 * i + 1]
+                    if expired:
+                        self._reclaim_expired(partition, expired)
+                    if flat:
+                        claimed[partition] = [
+                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + 5]]) for j in range(0, len(flat), 5)
+                        ]
                 if not claimed:
                     return []
-                return self._dispatch(partition, keys, claimed, now)
+                return self._dispatch(claimed, now)
             except redis.RedisError as exc:
-                raise RedisUnavailable(f"due() on scheduler partition {partition} failed ({exc})") from exc
+                raise RedisUnavailable(f"due() on scheduler partitions {ordered} failed ({exc})") from exc
 
-    def _dispatch(self, partition: int, keys: _Keys, claimed: list[str], now: int) -> list[FetchTicket]:
+    def _dispatch(self, claimed: dict[int, list[tuple[str, list[Any]]]], now: int) -> list[FetchTicket]:
         # Steps, do not reorder:
         # 1. read each claimed domain's next record (the claim makes us its only reader);
         # 2. atomically (one Lua call per domain): advance the offset, count the page, space
@@ -396,34 +441,35 @@ class Scheduler:
         #    the file meanwhile);
         # 4. release the claims, putting each domain back in the ready queue if it may fetch.
         #    Domains not being compacted do 2 and 4 in the same Lua call.
-        rows = self._hmget_all(keys, claimed, ("gen", "off", "size", "next"))
         tickets: list[FetchTicket] = []
         pipe = self.redis.pipeline(transaction=False)
-        to_compact: list[tuple[str, FileState]] = []
-        for domain, row in zip(claimed, rows, strict=True):
-            state = self._reconciled(partition, domain, row, keys)
-            entry, offset = self._next_record(partition, domain, state)  # 1.
-            consumed = offset - HEADER_SIZE
-            compact = consumed >= self.compact_min_bytes and consumed * 2 > state.size - HEADER_SIZE
-            if compact:
-                to_compact.append((domain, FileState(state.generation, offset, state.size)))
-            field: bytes | str = ""
-            record: bytes | str = ""
-            deadline = now + self.lease_ms
-            if entry is not None:
-                field = f"{domain}\n{entry.url}".encode("utf-8", "surrogatepass")
-                record = encode_record(entry)
-                tickets.append(FetchTicket(partition, entry, now, deadline))
-            next_at = max(_int(row[3]), now + self.min_delay_ms)
-            self._dispatch_script(  # 2. (and 4. unless compacting)
-                keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases],
-                args=[*self._requeue_args(domain, now, release=not compact), offset, next_at, field, record, deadline],
-                client=pipe,
-            )
+        to_compact: list[tuple[int, str, FileState]] = []
+        for partition, rows in claimed.items():
+            keys = _Keys(partition)
+            for domain, row in rows:  # row: gen, off, size, next (from the claim)
+                state = self._reconciled(partition, domain, row, keys)
+                entry, offset = self._next_record(partition, domain, state)  # 1.
+                consumed = offset - HEADER_SIZE
+                compact = consumed >= self.compact_min_bytes and consumed * 2 > state.size - HEADER_SIZE
+                if compact:
+                    to_compact.append((partition, domain, FileState(state.generation, offset, state.size)))
+                field: bytes | str = ""
+                record: bytes | str = ""
+                deadline = now + self.lease_ms
+                if entry is not None:
+                    field = f"{domain}\n{entry.url}".encode("utf-8", "surrogatepass")
+                    record = encode_record(entry)
+                    tickets.append(FetchTicket(partition, entry, now, deadline))
+                next_at = max(_int(row[3]), now + self.min_delay_ms)
+                args = [*self._requeue_args(domain, now, release=not compact), offset, next_at, field, record, deadline]
+                self._dispatch_script(  # 2. (and 4. unless compacting)
+                    keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases], args=args, client=pipe
+                )
         pipe.execute()
         if to_compact:
             release = self.redis.pipeline(transaction=False)
-            for domain, state in to_compact:
+            for partition, domain, state in to_compact:
+                keys = _Keys(partition)
                 new = self.files.compact(partition, domain, state)  # 3.
                 release.hset(keys.domain(domain), mapping={"gen": new.generation, "off": new.offset, "size": new.size})
                 self._requeue(  # 4.
@@ -464,37 +510,51 @@ class Scheduler:
 
     def complete_many(self, partition: int, results: Sequence[tuple[str, str, FetchOutcome]]) -> list[FrontierEntry]:
         """``complete`` for a batch of ``(domain, url, outcome)`` in two Redis round trips."""
-        if not results:
+        return self.complete_all({partition: results})
+
+    def complete_all(self, results: Mapping[int, Sequence[tuple[str, str, FetchOutcome]]]) -> list[FrontierEntry]:
+        """``complete_many`` over several partitions at once, still in two round trips."""
+        ordered = sorted(p for p, batch in results.items() if batch)
+        if not ordered:
             return []
         now = self.now_ms()
-        keys = _Keys(partition)
-        with self._lock(partition):
+        with ExitStack() as held:
+            for partition in ordered:
+                held.enter_context(self._lock(partition))
             try:
                 read = self.redis.pipeline(transaction=False)
-                fields = [f"{d}\n{u}".encode("utf-8", "surrogatepass") for d, u, _ in results]
-                read.hmget(keys.inflight, *fields)
-                domains = list(dict.fromkeys(d for d, _, _ in results))
-                for d in domains:
-                    read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
-                raws, *rows = read.execute()
-                # Domain rows are updated in place as the batch goes, so two results of one
-                # domain compose (the second sees the first's back-off and file size).
-                row_of = {d: list(row) for d, row in zip(domains, rows, strict=True)}
+                plan: list[tuple[int, _Keys, list[bytes], list[str]]] = []
+                for partition in ordered:
+                    keys = _Keys(partition)
+                    fields = [f"{d}\n{u}".encode("utf-8", "surrogatepass") for d, u, _ in results[partition]]
+                    read.hmget(keys.inflight, *fields)
+                    domains = list(dict.fromkeys(d for d, _, _ in results[partition]))
+                    for d in domains:
+                        read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
+                    plan.append((partition, keys, fields, domains))
+                replies = iter(read.execute())
                 pipe = self.redis.pipeline(transaction=False)
                 retries: list[FrontierEntry] = []
-                done: set[bytes] = set()
-                for (domain, url, outcome), field, raw in zip(results, fields, raws, strict=True):
-                    if raw is None or field in done:
-                        self.stats["stale_completions"] += 1
-                        logger.debug("scheduler: completion for %s in %s has no ticket; ignored", url, domain)
-                        continue
-                    done.add(field)
-                    retry = self._complete_one(partition, keys, domain, field, raw, row_of[domain], outcome, now, pipe)
-                    if retry is not None:
-                        retries.append(retry)
+                for partition, keys, fields, domains in plan:
+                    raws = next(replies)
+                    # Domain rows are updated in place as the batch goes, so two results of one
+                    # domain compose (the second sees the first's back-off and file size).
+                    row_of = {d: list(next(replies)) for d in domains}
+                    done: set[bytes] = set()
+                    for (domain, url, outcome), field, raw in zip(results[partition], fields, raws, strict=True):
+                        if raw is None or field in done:
+                            self.stats["stale_completions"] += 1
+                            logger.debug("scheduler: completion for %s in %s has no ticket; ignored", url, domain)
+                            continue
+                        done.add(field)
+                        retry = self._complete_one(
+                            partition, keys, domain, field, raw, row_of[domain], outcome, now, pipe
+                        )
+                        if retry is not None:
+                            retries.append(retry)
                 pipe.execute()
             except redis.RedisError as exc:
-                raise RedisUnavailable(f"complete() on scheduler partition {partition} failed ({exc})") from exc
+                raise RedisUnavailable(f"complete() on scheduler partitions {ordered} failed ({exc})") from exc
         return retries
 
     def _complete_one(
@@ -553,9 +613,8 @@ class Scheduler:
             delay_ms = max(delay_ms, min(self.max_backoff_ms, int(outcome.retry_after_s * 1000)))
         return max(_int(row[3]), now + delay_ms), level, crawl_delay_ms
 
-    def _reclaim_expired(self, partition: int, keys: _Keys, now: int, limit: int) -> None:
+    def _reclaim_expired(self, partition: int, expired: Sequence[Any]) -> None:
         """Tickets whose lease ran out were lost on the way (a crash before produce): time them out."""
-        expired = self.redis.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
         for field in expired:
             domain, url = _text(field).split("\n", 1)
             self.stats["leases_expired"] += 1

@@ -2,14 +2,23 @@
 
 Modelled on confluent-kafka's ``examples/cooperative_consumer.py``. One iteration::
 
-    1. consume up to ``batch_size`` messages (short timeout, so ``stop`` is noticed)
+    1. consume up to ``handler.room(batch_size)`` messages (short timeout, so ``stop`` is
+       noticed; shorter still while the handler has unfinished messages)
     2. decode each; an EventDecodeError, or a BadDataError raised by the handler for that
        message, dead-letters the original bytes to ``<topic>.dlq`` and the loop goes on
     3. ``handler.end_batch()`` (every iteration, even an empty one: timed work goes here)
     4. flush the handler's producers and the DLQ producer (durable before the commit)
-    5. commit the offsets after the batch
+    5. commit, per partition, up to the first message ``handler.unfinished()`` still holds
+       (every consumed message when the handler finishes each one inside the iteration),
+       after ``handler.before_commit()``; with ``commit_interval_s`` > 0 at most that often
+       (a commit fsyncs under the embedded log's default policy: on the path of every hop)
 
-The order is the at-least-once guarantee: moving 5 before 2-4 loses messages on a crash.
+The order is the at-least-once guarantee: moving 5 before 2-4 loses messages on a crash;
+committing later only replays more.
+A handler that finishes messages later (the fetcher: a slow page must not hold back the
+results of fast ones) reports them in ``unfinished`` until their output was sent in some
+``end_batch``; their offsets are committed by a later iteration. On a clean revoke, and
+when ``run`` stops, the loop waits for them first.
 Anything that is not bad data (TransientError, bugs) propagates out of ``run``: nothing of
 the batch is committed, the process exits non-zero, and the batch replays on restart.
 Signals belong to the entry point: it calls ``stop()`` from its handler.
@@ -19,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
@@ -54,6 +64,21 @@ class EventHandler:
 
     def end_batch(self) -> None:
         """After each poll (even an empty one), before producers are flushed and offsets committed."""
+
+    def before_commit(self) -> None:
+        """Make durable what the next commit's inputs were turned into, besides producers
+        (the scheduler's frontier files): after it, those inputs are never replayed."""
+
+    def room(self, batch_size: int) -> int:
+        """How many messages the next poll may return (0: do not poll; ``end_batch`` should
+        then wait for unfinished work). Handlers that finish each message in ``handle`` or
+        ``end_batch`` keep the default."""
+        return batch_size
+
+    def unfinished(self) -> Mapping[TopicPartition, int]:
+        """The lowest offset per partition whose output has not been sent yet: the loop
+        commits nothing from it on. Empty when every handled message is finished (default)."""
+        return {}
 
     def on_assign(self, partitions: list[TopicPartition]) -> None:
         """Partitions newly owned by this member."""
@@ -119,6 +144,8 @@ class ServiceLoop:
         producers: Sequence[Flushable] = (),
         batch_size: int = 500,
         poll_timeout_s: float = 1.0,
+        busy_poll_timeout_s: float = 0.005,
+        commit_interval_s: float = 0.0,
         flush_timeout_s: float = 30.0,
         registry: CollectorRegistry | None = None,
         stop_event: threading.Event | None = None,
@@ -133,13 +160,19 @@ class ServiceLoop:
         self._flushables: list[Flushable] = [*producers, dlq_producer]
         self._batch_size = batch_size
         self._poll_timeout_s = poll_timeout_s
+        self._busy_poll_timeout_s = min(busy_poll_timeout_s, poll_timeout_s)
+        self._commit_interval_s = commit_interval_s
+        self._last_commit_s = time.monotonic()
         self._flush_timeout_s = flush_timeout_s
         self._stop = stop_event or threading.Event()
+        self._stop_when_idle = threading.Event()
         self._clock_ms = clock_ms
         self._metrics = LoopMetrics.of(registry if registry is not None else CollectorRegistry())
         self._processed = {t: self._metrics.processed.labels(service, t) for t in self._topics}
         self._warned: set[tuple[str, str]] = set()
         self._subscribed = False
+        self._consumed: dict[TopicPartition, int] = {}  # next offset after the last handled message
+        self._committed: dict[TopicPartition, int] = {}
 
     @property
     def metrics(self) -> LoopMetrics:
@@ -148,6 +181,10 @@ class ServiceLoop:
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch (safe from a signal handler)."""
         self._stop.set()
+
+    def stop_when_idle(self) -> None:
+        """Ask ``run`` to return once a poll finds nothing left to consume (drain, then stop)."""
+        self._stop_when_idle.set()
 
     @property
     def stopping(self) -> bool:
@@ -168,16 +205,25 @@ class ServiceLoop:
         self._handler.on_assign(partitions)
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
-        # Every handled message was committed at the end of its batch, so only the
-        # handler's own state needs saving here.
+        # The handler finishes what it holds of these partitions (and saves its state);
+        # then their outputs are flushed and their offsets committed while still owned.
         logger.info("%s: revoked %s", self._service, _describe(partitions))
         self._handler.on_revoke(partitions)
+        self._flush()
+        self._commit(set(partitions), force=True)
+        self._forget(partitions)
 
     def _on_lost(self, partitions: list[TopicPartition]) -> None:
         # The group already gave these to another member: committing would be rejected
         # and writing on their behalf would race the new owner.
         logger.warning("%s: lost %s", self._service, _describe(partitions))
         self._handler.on_lost(partitions)
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._consumed.pop(tp, None)
+            self._committed.pop(tp, None)
 
     def run(self) -> None:
         """Process batches until ``stop()``; exceptions other than bad data propagate."""
@@ -185,32 +231,69 @@ class ServiceLoop:
             self.subscribe()
         logger.info("%s: consuming %s", self._service, ", ".join(self._topics))
         while not self._stop.is_set():
-            self.run_once()
+            if self.run_once() == 0 and self._stop_when_idle.is_set():
+                break
+        while self._handler.unfinished():  # finish what was started, so nothing replays
+            self._finish_batch()
+            time.sleep(self._busy_poll_timeout_s)
+        self._finish_batch(force=True)
         logger.info("%s: stopped", self._service)
 
     def run_once(self) -> int:
         """One poll-handle-flush-commit iteration; returns the number of messages consumed."""
         if not self._subscribed:
             self.subscribe()
+        room = self._handler.room(self._batch_size)
+        timeout_s = self._busy_poll_timeout_s if self._handler.unfinished() else self._poll_timeout_s
+        if self._consumed != self._committed:  # wake up in time for the deferred commit
+            due_in_s = self._last_commit_s + self._commit_interval_s - time.monotonic()
+            timeout_s = max(0.0, min(timeout_s, due_in_s))
         try:
-            messages = self._consumer.consume(self._batch_size, self._poll_timeout_s)
+            messages = self._consumer.consume(room, timeout_s) if room > 0 else []
         except BadDataError as exc:
             # The bus found a corrupt record (the embedded log's CRC check) and has already
             # moved past it: there are no bytes to dead-letter, so count it and go on.
             self._metrics.dead_lettered.labels(self._service, "*", type(exc).__name__).inc()
             logger.error("%s: the bus skipped a corrupt record: %s", self._service, exc)
             return 0
-        next_offsets: dict[TopicPartition, int] = {}
         for message in messages:
             self._process(message)
-            next_offsets[TopicPartition(message.topic, message.partition)] = message.offset + 1
+            self._consumed[TopicPartition(message.topic, message.partition)] = message.offset + 1
+        self._finish_batch()
+        return len(messages)
+
+    def _finish_batch(self, force: bool = False) -> None:
         self._handler.end_batch()
+        self._flush()
+        if self._commit(None, force=force):
+            self._metrics.batches.labels(self._service).inc()
+
+    def _flush(self) -> None:
         for flushable in self._flushables:
             flushable.flush(self._flush_timeout_s)
-        if next_offsets:
-            self._consumer.commit(next_offsets)
-            self._metrics.batches.labels(self._service).inc()
-        return len(messages)
+
+    def _commit(self, only: set[TopicPartition] | None, *, force: bool) -> bool:
+        """Commit what is finished (of ``only``, or of every partition) if the commit interval
+        has passed or ``force``; False if nothing was committed."""
+        now_s = time.monotonic()
+        if not force and now_s - self._last_commit_s < self._commit_interval_s:
+            return False
+        self._last_commit_s = now_s
+        unfinished = self._handler.unfinished()
+        offsets: dict[TopicPartition, int] = {}
+        for tp, consumed in self._consumed.items():
+            if only is not None and tp not in only:
+                continue
+            low = unfinished.get(tp)
+            offset = consumed if low is None else min(consumed, low)
+            if self._committed.get(tp) != offset:
+                offsets[tp] = offset
+        if not offsets:
+            return False
+        self._handler.before_commit()
+        self._consumer.commit(offsets)
+        self._committed.update(offsets)
+        return True
 
     def _process(self, message: Message) -> None:
         try:
@@ -287,6 +370,9 @@ class LoopService:
 
     def stop(self) -> None:
         self.loop.stop()
+
+    def stop_when_idle(self) -> None:
+        self.loop.stop_when_idle()
 
     def close(self) -> None:
         try:

@@ -48,6 +48,12 @@ class BusSettings:
         else "a comma list of key=value",
     )
     poll_timeout_s: float = setting(1.0, "consumer poll timeout: how quickly a loop notices shutdown", check=positive)
+    commit_interval_s: float = setting(
+        0.1,
+        "crawl loops commit consumed offsets at most this often (a commit fsyncs the embedded log): "
+        "longer saves I/O, a crash replays up to this much more",
+        check=non_negative,
+    )
 
 
 @dataclass(frozen=True)
