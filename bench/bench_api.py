@@ -10,8 +10,14 @@ as shipped (``executor_threads=4``: Parquet-reading routes on a thread pool, ``/
 on the loop) and everything on the event loop (``0``), the baseline for that decision,
 measured in the same run.
 
-Quick mode (``--quick``): ~210k URLs, ~1 minute. Full: 2M URLs + a 1.2M-URL domain
-(offset 1,000,000), several minutes.
+Cold: a fresh server process per scenario; before each request the page cache of every lake
+and index file is dropped (``posix_fadvise(DONTNEED)``) and the request names a domain / page
+the process has not served yet, so it opens and decodes from disk.
+
+Quick mode (``--quick``): ~210k URLs, ~1 minute. Full: bench_index's full corpus (10M
+generated URLs over 30 datasets + a 1.2M-URL domain, offset 1,000,000); set
+``CRAWLSTREAM_BENCH_API_LAKE=<data dir>`` to serve a lake bench_index kept
+(``CRAWLSTREAM_BENCH_KEEP=1``) instead of generating and ingesting it again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._harness import REPO, main
+from bench.bench_index import N_DATASETS
 
 CONCURRENCY = 16
 
@@ -139,6 +146,38 @@ async def _pick(base: str, domains: list[str], weights: list[float], n: int) -> 
     return out
 
 
+def _drop_page_cache(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file() and p.suffix in (".parquet", ".bin", ".roar", ".zst"):
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def _cold(root: Path, scenarios: dict[str, list[str]], n: int) -> dict[str, Any]:
+    """Per scenario: a fresh server; each request after dropping the page cache, on paths the
+    process has not served (first occurrence of each)."""
+    import urllib.request
+
+    out: dict[str, Any] = {}
+    for name, paths in scenarios.items():
+        proc, base = _start_server(root, 4)
+        try:
+            samples = []
+            for path in list(dict.fromkeys(paths))[:n]:
+                _drop_page_cache(root)
+                t = time.perf_counter()
+                with urllib.request.urlopen(base + path, timeout=30) as resp:
+                    resp.read()
+                samples.append(time.perf_counter() - t)
+            out[name] = _pcts(samples)
+        finally:
+            _stop(proc)
+    return out
+
+
 def _scenarios(pairs: list[tuple[str, int, int]], deep: tuple[str, int, int]) -> dict[str, list[str]]:
     domain, dataset, offset = deep
     return {
@@ -146,6 +185,10 @@ def _scenarios(pairs: list[tuple[str, int, int]], deep: tuple[str, int, int]) ->
         "first_page": [f"/v1/domain/{d}/datasets/{ds}/urls?limit=100" for d, ds, _ in pairs],
         "deep_page": [
             f"/v1/domain/{domain}/datasets/{dataset}/urls?offset={offset + 137 * i}&limit=100" for i in range(64)
+        ],
+        # distinct row groups (16,384 rows each) past the deep offset, for cold reads
+        "deep_page_spread": [
+            f"/v1/domain/{domain}/datasets/{dataset}/urls?offset={offset + 16_411 * i}&limit=100" for i in range(12)
         ],
     }
 
@@ -160,7 +203,9 @@ def _measure(
     try:
         pairs = asyncio.run(_pick(procs["as_shipped"][1], domains, weights, 300))
         out: dict[str, Any] = {name: {"executor_threads": t, "pairs": len(pairs)} for name, t in modes.items()}
-        for scenario, paths in _scenarios(pairs, deep).items():
+        scenarios = _scenarios(pairs, deep)
+        spread = scenarios.pop("deep_page_spread")
+        for scenario, paths in scenarios.items():
             for name in modes:
                 asyncio.run(_load(procs[name][1], paths, 4, 0.5, 200))  # warm this scenario's caches
                 out[name][scenario] = {}
@@ -173,39 +218,49 @@ def _measure(
                             best[name] = r
                 for name in modes:
                     out[name][scenario][f"c{concurrency}"] = best[name]
-        return out
     finally:
         for proc, _ in procs.values():
             _stop(proc)
+    out["cold"] = _cold(root, {"domain": scenarios["domain"], "first_page": scenarios["first_page"],
+                               "deep_page": spread}, 30)
+    return out
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from bench.bench_index import generate
+    from bench.bench_index import generate, zipf_domains
 
     full = not quick and "--full" in sys.argv
-    n_urls = 2_000_000 if full else 150_000
+    n_urls = 10_000_000 if full else 150_000
     big_rows = 1_200_000 if full else 60_000
     deep_offset = 1_000_000 if full else 50_000
     seconds = 5.0 if full else 1.5
     base_dir = Path(os.environ.get("CRAWLSTREAM_BENCH_DIR", tempfile.gettempdir()))
     work = Path(tempfile.mkdtemp(prefix="bench-api-", dir=base_dir))
     root = work / "data"
+    kept = os.environ.get("CRAWLSTREAM_BENCH_API_LAKE")
     result: dict[str, Any] = {"mode": "full" if full else "quick", "concurrency": CONCURRENCY}
     try:
-        from crawlstream.index import IndexBuilder
+        from crawlstream.index import IndexBuilder, IndexReader
         from crawlstream.ingest import ingest_files
         from crawlstream.lake import LakeWriter
 
         t = time.perf_counter()
-        inputs, domains, weights = generate(work, n_urls, big_rows)
-        rows = 0
-        for ds, path in enumerate(inputs, 1):
-            rows += ingest_files([path], ds, LakeWriter(root), keep_extras=False).valid
-        build = IndexBuilder(root, shards=64).build(full=True)
+        if kept:
+            root = Path(kept)
+            domains, weights = zipf_domains(n_urls, random.Random(11))  # generate()'s draws, seed 11
+            with IndexReader(root).pin() as idx:
+                n_domains, rows = idx.domain_count(), None
+        else:
+            inputs, domains, weights = generate(work, n_urls, big_rows)
+            rows = 0
+            for ds, path in enumerate(inputs, 1):
+                rows += ingest_files([path], ds, LakeWriter(root), keep_extras=False).valid
+            n_domains = IndexBuilder(root, shards=64).build(full=True).domains
         result["corpus"] = {
             "urls": rows,
-            "datasets": len(inputs),
-            "domains": build.domains,
+            "lake": "kept from bench_index" if kept else "generated",
+            "datasets": N_DATASETS,
+            "domains": n_domains,
             "deep": {"domain": "bigdomain.com", "dataset_id": 1, "offset": deep_offset, "rows": big_rows},
             "prepare_s": round(time.perf_counter() - t, 1),
         }

@@ -1,21 +1,24 @@
-"""Pure codecs of an index version: DTDR layout, postings payloads with CRC, files registry."""
+"""Pure codecs of an index version: DTDR layout, postings blocks with CRC, files registry."""
 
 from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from pyroaring import BitMap
 
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.index import FileEntry, Segment, decode_payload, encode_payload
+from crawlstream.index import FileEntry, Runs, decode_block, encode_block
 from crawlstream.index._formats import (
     decode_files,
-    decode_varints,
     dtdr_entry,
     encode_dtdr,
+    encode_dtdr_pairs,
     encode_files,
-    encode_varints,
+    encode_postings,
+    postings_block,
+    run_row_starts,
 )
 
 
@@ -37,19 +40,42 @@ def _span(data: bytes, i: int) -> tuple[int, int]:
     return start, start + length
 
 
-def test_payload_round_trips_and_a_flipped_bit_is_detected() -> None:
-    segs = [Segment(0, 0, 5, 10), Segment(3, 2, 0, 70000)]
-    data = encode_payload(segs, fragmented=True)
-    assert decode_payload(data) == (True, segs)
+def test_dtdr_built_from_pairs_holds_pyroarings_bitmaps() -> None:
+    sets = [[1, 5], [2], [1, 7, 300, 65535], list(range(1, 38)), [3, 70000]]
+    pair_domain = np.array([d for d, members in enumerate(sets) for _ in members])
+    pair_dataset = np.array([ds for members in sets for ds in members])
+    data = encode_dtdr_pairs(pair_domain, pair_dataset, len(sets))
+    for d, members in enumerate(sets):
+        bm = BitMap.deserialize(data[slice(*_span(data, d))])
+        assert list(bm) == members
+        size = len(data[slice(*_span(data, d))])
+        assert size == (9 + 2 * len(members) if len(members) <= 8 and max(members) < 65536
+                        else len(BitMap(members).serialize()))
+
+
+def _runs(n: int) -> Runs:
+    rnd = np.random.default_rng(1)
+    did = np.sort(rnd.integers(0, 10 * n, n))
+    return Runs(did, rnd.integers(1, 40, n), rnd.integers(0, 5000, n), rnd.integers(1, 2**31, n),
+                np.array([0, n - 1]), np.array([3, 2**32 - 1]))
+
+
+def test_postings_block_round_trips_and_a_flipped_bit_is_detected() -> None:
+    runs = _runs(1000)
+    data = encode_block(runs, level=3)
+    got = decode_block(postings_block(encode_postings([encode_block(_runs(3), level=1), data]), 1))
+    for name in ("domain_id", "dataset_id", "file_id", "rows", "multi_first", "multi_count"):
+        assert getattr(got, name).tolist() == getattr(runs, name).tolist()
     broken = bytearray(data)
     broken[-1] ^= 1
     with pytest.raises(ChecksumMismatch):
-        decode_payload(bytes(broken))
+        decode_block(bytes(broken))
 
 
-def test_varints_round_trip_large_values() -> None:
-    values = [0, 1, 127, 128, 2**32, 2**63 - 1]
-    assert decode_varints(encode_varints(values)) == values
+def test_run_row_starts_follow_the_domain_order_inside_each_file() -> None:
+    """File 5 holds domains 1, 3, 4 (10, 2 and 7 rows); file 6 holds domain 2."""
+    starts = run_row_starts(np.array([1, 2, 3, 4]), np.array([5, 6, 5, 5]), np.array([10, 3, 2, 7]))
+    assert starts.tolist() == [0, 0, 10, 12]
 
 
 def test_files_registry_round_trips() -> None:

@@ -208,13 +208,13 @@ def test_reader_without_an_index_says_how_to_build_one(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path)
 
 
-def test_a_corrupt_postings_shard_is_refused_on_first_use(tmp_path: Path) -> None:
+def test_a_corrupt_postings_block_is_refused_on_first_use(tmp_path: Path) -> None:
     from crawlstream.errors import ChecksumMismatch
 
     builder = IndexBuilder(tmp_path, shards=1)
     _write(tmp_path, _batch(10, 1))
     version = builder.build().version
-    shard = tmp_path / "index" / str(version) / "postings" / "0000.idx"
+    shard = tmp_path / "index" / str(version) / "postings.bin"
     data = bytearray(shard.read_bytes())
     data[-3] ^= 0x40
     shard.write_bytes(bytes(data))

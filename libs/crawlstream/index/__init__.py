@@ -6,7 +6,7 @@ File layouts are in ``_formats`` (pure codecs).
 """
 
 from crawlstream.index._builder import BuildResult, GcResult, IndexBuilder
-from crawlstream.index._formats import FileEntry, Segment, decode_payload, encode_payload
+from crawlstream.index._formats import FileEntry, Runs, Segment, decode_block, encode_block
 from crawlstream.index._manifest import Manifest, VersionInfo, read_manifest
 from crawlstream.index._reader import DatasetCount, IndexReader, PinnedIndex, UrlItem, UrlPage
 
@@ -19,11 +19,12 @@ __all__ = [
     "IndexReader",
     "Manifest",
     "PinnedIndex",
+    "Runs",
     "Segment",
     "UrlItem",
     "UrlPage",
     "VersionInfo",
-    "decode_payload",
-    "encode_payload",
+    "decode_block",
+    "encode_block",
     "read_manifest",
 ]

@@ -5,10 +5,12 @@ Order of a build (do not reorder: readers depend on step 6 being last):
 1. take ``index/.build.lock`` (one builder at a time);
 2. list the lake; new files = published files the previous version does not know and no
    live file replaces; dropped files = known files a new (compacted) file replaces;
-3. scan only the new files' ``domain`` column, row group by row group, into segments;
-4. merge with the previous version's postings (carried forward byte for byte when the key
-   is untouched); a key whose rows now live in more than one file is *fragmented*: its
-   exact count is recomputed from its URLs (cross-file dedupe) and readers merge it;
+3. scan only the new files' ``domain`` column (dictionary indices + row-group metadata) into
+   *runs* (domain, dataset, file, rows), vectorised (numpy), no per-row Python;
+4. merge with the previous version's runs (minus runs of files a compaction replaced);
+   a (domain, dataset) whose rows now live in more than one file is *fragmented*: its
+   exact count is recomputed from its URLs (cross-file dedupe) when its runs changed, else
+   carried forward, and readers merge it;
 5. write every file of the version into ``index/.tmp-<version>``, fsync, rename to
    ``index/<version>``;
 6. flip ``manifest.json`` atomically. A crash before 6 leaves the old version serving; the
@@ -23,7 +25,6 @@ import logging
 import os
 import shutil
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,31 +32,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import xxhash
 import zstandard
 from pyroaring import BitMap
 
 from crawlstream.durable import fsync_dir
 from crawlstream.errors import StorageUnavailable
 from crawlstream.index._formats import (
-    FRAGMENTED_FILE_ID,
-    IDX_RECORD,
-    PDX_HEADER,
-    PDX_MAGIC,
-    PDX_VERSION,
     FileEntry,
+    Runs,
     Segment,
+    decode_block,
     decode_files,
-    decode_payload,
-    encode_domains_idx,
+    encode_block,
     encode_dtdr,
+    encode_dtdr_pairs,
     encode_files,
-    encode_payload,
-    frame_payload,
+    encode_postings,
     inline_segments,
-    read_framed_payload,
+    postings_block,
+    run_row_starts,
 )
 from crawlstream.index._manifest import (
     PIN_NAME,
@@ -80,23 +79,37 @@ __all__ = ["BuildResult", "GcResult", "IndexBuilder"]
 
 logger = logging.getLogger(__name__)
 
-# zstd-19 of 500k domains takes 14.8 s vs 0.45 s at 9 for +0.6 B/domain (8.97 vs 8.34): 9.
-_ZSTD_LEVEL = 9
+# Levels measured on the full benchmark's 502k domains / 2.6M runs (ADR 008): domains.zst
+# 0.379 B/URL at 6 (0.31 s) vs 0.384 at 9 (0.78 s) and 0.358 at 19 (15.8 s); postings
+# 0.418 B/URL at 3 (0.11 s) vs 0.395 at 9 (0.93 s): the build-rate goal buys level 3.
+_ZSTD_LEVEL = 6
+_POSTINGS_ZSTD_LEVEL = 3
 
 
-@dataclass(slots=True)
-class _Entry:
-    """One (domain, dataset): inline (file_id, row_start) or a fragmented payload."""
+@dataclass
+class _RunTable:
+    """Runs as parallel arrays keyed by domain *string* (ids change between versions)."""
 
-    count: int
-    file_id: int
-    row_start: int
-    payload: bytes | None = None  # fragmented only (carried forward verbatim)
+    domains: pa.Array  # string per run
+    dataset_id: np.ndarray
+    file_id: np.ndarray
+    rows: np.ndarray
+    is_new: np.ndarray  # bool: the run comes from a file scanned by this build
 
-    def segments(self, rg_starts: dict[int, list[int]]) -> list[Segment]:
-        if self.payload is not None:
-            return decode_payload(self.payload)[1]
-        return inline_segments(self.file_id, self.row_start, self.count, rg_starts[self.file_id])
+
+def _concat_runs(parts: list[_RunTable]) -> _RunTable:
+    if not parts:
+        e = np.zeros(0, np.int64)
+        return _RunTable(pa.array([], pa.string()), e, e, e, e.astype(bool))
+    return _RunTable(
+        pa.concat_arrays([p.domains for p in parts]),
+        np.concatenate([p.dataset_id for p in parts]),
+        np.concatenate([p.file_id for p in parts]),
+        np.concatenate([p.rows for p in parts]),
+        np.concatenate([p.is_new for p in parts]),
+    )
+
+
 
 
 def _rg_starts(entry: FileEntry) -> list[int]:
@@ -133,10 +146,6 @@ class GcResult:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _hash_domain(domain: str) -> int:
-    return xxhash.xxh3_64_intdigest(domain.encode())
 
 
 class IndexBuilder:
@@ -218,74 +227,78 @@ class IndexBuilder:
         next_id = max((f.file_id for f in prev_files), default=-1) + 1
         files = [f for f in prev_files if f.path not in dropped]
         dropped_ids = {f.file_id for f in prev_files if f.path in dropped}
-        new_runs: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
-        rows_scanned = 0
         jobs = [(next_id + i, lf) for i, lf in enumerate(new)]
+        parts: list[_RunTable] = []
         with ThreadPoolExecutor(max_workers=self.scan_threads) as pool:  # Parquet reads drop the GIL
-            for scanned, runs in pool.map(lambda j: self._scan_file(j[0], j[1].dataset_id, j[1].hh, j[1].path), jobs):
-                fid = scanned.file_id
-                for key, start, count in runs:
-                    new_runs[key].append((fid, start, count))
-                files.append(scanned)
-                rows_scanned += scanned.num_rows
-        files_by_id = {f.file_id: f for f in files}
-        all_starts = {f.file_id: _rg_starts(f) for f in (*prev_files, *files)}
-
+            for entry, runs in pool.map(lambda j: self._scan_file(j[0], j[1].dataset_id, j[1].hh, j[1].path), jobs):
+                files.append(entry)
+                parts.append(runs)
+        rows_scanned = sum(f.num_rows for f in files[len(files) - len(jobs):])
         phases["scan"] = time.perf_counter() - started - sum(phases.values())
-        # 4. merge with the previous version
-        entries: dict[tuple[str, int], _Entry] = {}
-        if prev is not None:
-            for domain, ds, carried in self._iter_postings(prev):
-                entries[(domain, ds)] = carried
-        fragmented = sum(1 for e in entries.values() if e.payload is not None)
-        touched: set[tuple[str, int]] = set()
-        for key, key_runs in new_runs.items():
-            if len(key_runs) == 1 and key not in entries:  # the common case: a new pair in one new file
-                fid, start, count = key_runs[0]
-                entries[key] = _Entry(count, fid, start)
-            else:
-                touched.add(key)
-        if dropped_ids:
-            for key, e in entries.items():
-                if e.file_id in dropped_ids or (
-                    e.payload is not None and any(s.file_id in dropped_ids for s in e.segments(all_starts))
-                ):
-                    touched.add(key)
-        for key in touched:
-            old = entries.get(key)
-            segs = []
-            if old is not None:
-                if old.payload is not None:
-                    fragmented -= 1
-                segs = [s for s in old.segments(all_starts) if s.file_id not in dropped_ids]
-            for fid, start, count in new_runs.get(key, ()):
-                segs += inline_segments(fid, start, count, all_starts[fid])
-            if not segs:
-                entries.pop(key, None)
-                continue
-            segs.sort(key=lambda s: (s.file_id, s.row_group, s.row_start))
-            if len({s.file_id for s in segs}) > 1:
-                fragmented += 1
-                count = self._distinct_urls(segs, files_by_id)
-                entries[key] = _Entry(count, FRAGMENTED_FILE_ID, 0, encode_payload(segs, fragmented=True))
-            else:
-                first = segs[0]
-                row_start = all_starts[first.file_id][first.row_group] + first.row_start
-                entries[key] = _Entry(sum(s.row_count for s in segs), first.file_id, row_start)
 
+        # 4. merge with the previous version
+        prev_multi: dict[tuple[str, int], int] = {}
+        touched_keys: set[tuple[str, int]] = set()
+        if prev is not None:
+            carried, prev_multi = self._load_runs(prev, prev_files)
+            gone = np.isin(carried.file_id, np.fromiter(dropped_ids, np.int64, len(dropped_ids)))
+            if gone.any():  # pairs that lose rows to a compaction are recounted
+                gd = carried.domains.filter(pa.array(gone)).to_pylist()
+                touched_keys.update(zip(gd, carried.dataset_id[gone].tolist(), strict=True))
+                keep = pa.array(~gone)
+                carried = _RunTable(carried.domains.filter(keep), carried.dataset_id[~gone],
+                                    carried.file_id[~gone], carried.rows[~gone], carried.is_new[~gone])
+            parts.insert(0, carried)
+        runs = _concat_runs(parts)
+        # one hash pass over the runs' domain strings, then a sort of the distinct ones
+        encoded = pc.dictionary_encode(runs.domains)
+        by_name = pc.sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
+        domains = encoded.dictionary.take(pa.array(by_name))
+        rank = np.empty(len(by_name), np.int64)
+        rank[by_name] = np.arange(len(by_name))
+        did = rank[encoded.indices.to_numpy(zero_copy_only=False)]
+        order = np.lexsort((runs.file_id, runs.dataset_id, did))
+        did, ds, fid, rows, is_new = (did[order], runs.dataset_id[order], runs.file_id[order],
+                                      runs.rows[order], runs.is_new[order])
+        # a domain split by a row-group boundary of one file is one run
+        starts = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0)
+                                | (np.diff(fid, prepend=-1) != 0))
+        rows = np.add.reduceat(rows, starts) if len(starts) else rows
+        is_new = np.maximum.reduceat(is_new, starts) if len(starts) else is_new
+        did, ds, fid = did[starts], ds[starts], fid[starts]
+        pair_first = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0))
+        pair_runs = np.diff(np.append(pair_first, len(did)))
+        multi = pair_first[pair_runs > 1]
+        multi_count = np.zeros(len(multi), np.int64)
+        if len(multi):
+            files_by_id = {f.file_id: f for f in files}
+            row_start = run_row_starts(did, fid, rows)
+            pair_new = np.maximum.reduceat(is_new, pair_first)[pair_runs > 1]
+            for k, (first, n_runs, fresh) in enumerate(zip(multi.tolist(), pair_runs[pair_runs > 1].tolist(),
+                                                           pair_new.tolist(), strict=True)):
+                key = (domains[int(did[first])].as_py(), int(ds[first]))
+                if not fresh and key not in touched_keys and key in prev_multi:
+                    multi_count[k] = prev_multi[key]
+                    continue
+                segs: list[Segment] = []
+                for r in range(first, first + n_runs):
+                    f = files_by_id[int(fid[r])]
+                    segs += inline_segments(f.file_id, int(row_start[r]), int(rows[r]), _rg_starts(f))
+                multi_count[k] = self._distinct_urls(segs, files_by_id)
         phases["merge"] = time.perf_counter() - started - sum(phases.values())
         # 5. write the version
         version = self._next_version(manifest)
-        info = self._write_version(version, entries, files, retired, rows_scanned, fragmented)
+        all_runs = Runs(did, ds, fid, rows, multi, multi_count)
+        info = self._write_version(version, domains, all_runs, pair_first, files, retired, rows_scanned)
         phases["write"] = time.perf_counter() - started - sum(phases.values())
         # 6. flip
         versions = (info, *(manifest.versions if manifest else ()))
         write_manifest(self.root, Manifest(version, versions))
         elapsed = time.perf_counter() - started
         logger.info("index version %s flipped: %d new files, %d rows scanned, %d pairs in %.2fs",
-                    version, len(new), rows_scanned, len(entries), elapsed)
+                    version, len(new), rows_scanned, len(pair_first), elapsed)
         return BuildResult(version, full, len(new), rows_scanned, len(dropped), int(info.stats["domains"]),
-                           len(entries), fragmented, elapsed, compacted,
+                           len(pair_first), len(multi), elapsed, compacted,
                            {k: round(v, 3) for k, v in phases.items()})
 
     def _next_version(self, manifest: Manifest | None) -> str:
@@ -295,34 +308,29 @@ class IndexBuilder:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock()))
         return f"{seq:06d}-{stamp}"
 
-    def _scan_file(
-        self, file_id: int, dataset_id: int, hh: str, rel: str
-    ) -> tuple[FileEntry, list[tuple[tuple[str, int], int, int]]]:
-        """The file's registry entry and its runs ((domain, dataset), first row in file, rows).
-
-        Files are sorted by domain, so each domain is one run; runs split by chunk
-        boundaries are joined again.
-        """
-        out: list[tuple[tuple[str, int], int, int]] = []
+    def _scan_file(self, file_id: int, dataset_id: int, hh: str, rel: str) -> tuple[FileEntry, _RunTable]:
+        """The file's registry entry and its runs, from the ``domain`` column's dictionary
+        indices (one bincount per row group; a domain split by a row-group boundary gives two
+        runs that the merge joins)."""
         path = self.root / rel
         # pre_buffer off and no inner threads: 0.13 ms instead of 0.37 ms per (small) local file.
         pf = pq.ParquetFile(path, read_dictionary=["domain"], pre_buffer=False)
         meta = pf.metadata
         rg_rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
         col = pf.read(columns=["domain"], use_threads=False).column(0)
-        start = 0
+        names, counts = [], []
         for chunk in col.chunks:
-            dictionary = chunk.dictionary.to_pylist()
-            ree = pc.run_end_encode(chunk.indices)
-            base = start
-            for v, end in zip(ree.values.to_pylist(), ree.run_ends.to_pylist(), strict=True):
-                key = (dictionary[v], dataset_id)
-                if out and out[-1][0] == key:  # the run continues across a chunk boundary
-                    out[-1] = (key, out[-1][1], base + end - out[-1][1])
-                else:
-                    out.append((key, start, base + end - start))
-                start = base + end
-        return FileEntry(file_id, dataset_id, hh, rel, path.stat().st_size, rg_rows), out
+            c = np.bincount(chunk.indices.to_numpy(zero_copy_only=False), minlength=len(chunk.dictionary))
+            present = c > 0
+            names.append(chunk.dictionary.filter(pa.array(present)))
+            counts.append(c[present])
+        rows = np.concatenate(counts).astype(np.int64) if counts else np.zeros(0, np.int64)
+        n = len(rows)
+        table = _RunTable(
+            pa.concat_arrays(names) if names else pa.array([], pa.string()),
+            np.full(n, dataset_id, np.int64), np.full(n, file_id, np.int64), rows, np.ones(n, bool),
+        )
+        return FileEntry(file_id, dataset_id, hh, rel, path.stat().st_size, rg_rows), table
 
     def _distinct_urls(self, segs: list[Segment], files: dict[int, FileEntry]) -> int:
         """Distinct URLs of one (domain, dataset): the domain is fixed, so the other parts decide."""
@@ -338,103 +346,112 @@ class IndexBuilder:
         data = (self.root / info.files["files_tsv"]).read_bytes()
         return decode_files(zstandard.ZstdDecompressor().decompress(data))
 
-    def _iter_postings(self, info: VersionInfo) -> Iterator[tuple[str, int, _Entry]]:
+    def _load_runs(
+        self, info: VersionInfo, files: list[FileEntry]
+    ) -> tuple[_RunTable, dict[tuple[str, int], int]]:
+        """Every run of a version keyed by domain string, and its fragmented pairs' exact counts."""
         raw = zstandard.ZstdDecompressor().decompress((self.root / info.files["domains"]).read_bytes())
-        domains = raw.decode().split("\n") if raw else []
-        for idx_rel, dat_rel in zip(info.files["postings_idx"], info.files["postings_dat"], strict=True):
-            idx = (self.root / idx_rel).read_bytes()
-            dat = (self.root / dat_rel).read_bytes()
-            _, _, _n, _ = PDX_HEADER.unpack_from(idx, 0)
-            for did, ds, count, fid, start in IDX_RECORD.iter_unpack(idx[PDX_HEADER.size :]):
-                if fid == FRAGMENTED_FILE_ID:
-                    yield domains[did], ds, _Entry(count, fid, 0, read_framed_payload(dat, start))
-                else:
-                    yield domains[did], ds, _Entry(count, fid, start)
+        names = pa.array(raw.decode().split("\n") if raw else [], pa.string())
+        buf = (self.root / info.files["postings"]).read_bytes()
+        parts = [decode_block(postings_block(buf, b)) for b in range(info.shards)]
+        did = np.concatenate([r.domain_id for r in parts])
+        table = _RunTable(names.take(pa.array(did)), np.concatenate([r.dataset_id for r in parts]),
+                          np.concatenate([r.file_id for r in parts]), np.concatenate([r.rows for r in parts]),
+                          np.zeros(len(did), bool))
+        multi: dict[tuple[str, int], int] = {}
+        for r in parts:
+            for first, count in zip(r.multi_first.tolist(), r.multi_count.tolist(), strict=True):
+                multi[(names[int(r.domain_id[first])].as_py(), int(r.dataset_id[first]))] = count
+        return table, multi
 
     def _write_version(
         self,
         version: str,
-        entries: dict[tuple[str, int], _Entry],
+        domains: pa.Array,
+        runs: Runs,
+        pair_first: np.ndarray,
         files: list[FileEntry],
         retired: list[str],
         rows_scanned: int,
-        fragmented: int,
     ) -> VersionInfo:
         idir = index_dir(self.root)
         tmp = idir / f".tmp-{version}"
         final = idir / version
         if tmp.exists():
             shutil.rmtree(tmp)
-        (tmp / "postings").mkdir(parents=True)
+        tmp.mkdir(parents=True)
         cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+        n_domains = len(domains)
+        blob = "\n".join(domains.to_pylist()).encode()
 
-        by_domain: dict[str, list[tuple[int, _Entry]]] = defaultdict(list)
-        for (domain, ds), e in entries.items():
-            by_domain[domain].append((ds, e))
-        domains = sorted(by_domain)
-        blob, didx = encode_domains_idx(domains, [_hash_domain(d) for d in domains])
+        pair_domain, pair_dataset = runs.domain_id[pair_first], runs.dataset_id[pair_first]
+        card = np.bincount(pair_domain, minlength=n_domains) if n_domains else np.zeros(0, np.int64)
+        if n_domains and (pair_dataset.max(initial=0) >= 1 << 16 or card.max(initial=0) > 4096):
+            members: list[list[int]] = [[] for _ in range(n_domains)]
+            for d, ds in zip(pair_domain.tolist(), pair_dataset.tolist(), strict=True):
+                members[d].append(ds)
+            dtdr = encode_dtdr([BitMap(m).serialize() for m in members])
+        else:
+            dtdr = encode_dtdr_pairs(pair_domain, pair_dataset, n_domains)
 
-        bitmaps = []
-        shard_recs: list[list[tuple[int, int, _Entry]]] = [[] for _ in range(self.shards)]
-        for did, d in enumerate(domains):
-            pairs = sorted(by_domain[d], key=lambda p: p[0])
-            bitmaps.append(BitMap([ds for ds, _ in pairs]).serialize())
-            recs = shard_recs[did % self.shards]
-            for ds, e in pairs:
-                recs.append((did, ds, e))
+        # 256 hh values onto `shards` blocks: all runs of a lake file land in one block.
+        file_hh = {f.file_id: int(f.hh, 16) for f in files}
+        max_id = max(file_hh, default=0)
+        hh_of = np.zeros(max_id + 1, np.int64)
+        for fid, hh in file_hh.items():
+            hh_of[fid] = hh
+        run_block = hh_of[runs.file_id] % self.shards if len(runs) else np.zeros(0, np.int64)
+        multi_block = run_block[runs.multi_first] if len(runs.multi_first) else np.zeros(0, np.int64)
+        blocks = []
+        for b in range(self.shards):
+            sel = np.flatnonzero(run_block == b)
+            msel = np.flatnonzero(multi_block == b)
+            local_first = np.searchsorted(sel, runs.multi_first[msel])
+            blocks.append(encode_block(Runs(runs.domain_id[sel], runs.dataset_id[sel], runs.file_id[sel],
+                                            runs.rows[sel], local_first, runs.multi_count[msel]),
+                                       level=_POSTINGS_ZSTD_LEVEL))
 
         rel = f"index/{version}"
         names: dict[str, Any] = {
             "domains": f"{rel}/domains.zst",
-            "domains_idx": f"{rel}/domains.idx",
             "d2d_roar": f"{rel}/domain_to_datasets.roar",
             "files_tsv": f"{rel}/files.tsv.zst",
-            "postings_idx": [f"{rel}/postings/{s:04d}.idx" for s in range(self.shards)],
-            "postings_dat": [f"{rel}/postings/{s:04d}.dat" for s in range(self.shards)],
+            "postings": f"{rel}/postings.bin",
             "pin": f"{rel}/{PIN_NAME}",
         }
         out: dict[str, bytes] = {
             "domains.zst": cctx.compress(blob),
-            "domains.idx": didx,
-            "domain_to_datasets.roar": encode_dtdr(bitmaps),
+            "domain_to_datasets.roar": dtdr,
+            "postings.bin": encode_postings(blocks),
             "files.tsv.zst": cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))),
             PIN_NAME: b"",
         }
-        for s, recs in enumerate(shard_recs):
-            records = bytearray()
-            dat = bytearray()
-            pack = IDX_RECORD.pack
-            for did, ds, e in recs:
-                if e.payload is not None:
-                    records += pack(did, ds, e.count, FRAGMENTED_FILE_ID, len(dat))
-                    dat += frame_payload(e.payload)
-                else:
-                    records += pack(did, ds, e.count, e.file_id, e.row_start)
-            header = PDX_HEADER.pack(PDX_MAGIC, PDX_VERSION, len(recs), zlib.crc32(records))
-            out[f"postings/{s:04d}.idx"] = header + bytes(records)
-            out[f"postings/{s:04d}.dat"] = bytes(dat)
         try:
             for name, data in out.items():
                 with open(tmp / name, "wb") as fh:
                     fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
-            fsync_dir(tmp / "postings")
             fsync_dir(tmp)
             os.rename(tmp, final)
             fsync_dir(idir)
         except OSError as exc:
             raise StorageUnavailable(f"could not write index version {final}: {exc}") from exc
-        total_urls = sum(e.count for e in entries.values())
+        single = np.ones(len(pair_first), bool)
+        multi_pair = np.searchsorted(pair_first, runs.multi_first)
+        single[multi_pair] = False
+        pair_rows = np.add.reduceat(runs.rows, pair_first) if len(pair_first) else np.zeros(0, np.int64)
+        total_urls = int(pair_rows[single].sum()) + int(runs.multi_count.sum())
         stats = {
-            "domains": len(domains),
-            "pairs": len(entries),
+            "domains": n_domains,
+            "pairs": len(pair_first),
             "urls": total_urls,
             "files": len(files),
             "datasets": sorted({f.dataset_id for f in files}),
             "rows_scanned": rows_scanned,
-            "fragmented_pairs": fragmented,
+            "fragmented_pairs": len(runs.multi_first),
             "index_bytes": sum(len(b) for b in out.values()),
+            "index_bytes_by_file": {k: len(v) for k, v in out.items() if v},
             "retired": retired,
         }
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))

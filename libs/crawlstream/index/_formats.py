@@ -1,26 +1,23 @@
-"""Byte layouts of an index version. Pure: bytes, str and ints in and out; no I/O.
+"""Byte layouts of an index version. Pure: bytes, str, ints and arrays in and out; no I/O.
 
 Files of one version (``index/<version>/``):
 
 * ``domains.zst`` — the sorted unique registered domains, ``\\n``-delimited, zstd.
-  ``domain_id`` is a domain's rank in that order.
-* ``domains.idx`` — the lookup structure (ADR 003): ``[DDX1][ver:u32][N:u64][blob_len:u64]``
-  then ``N`` xxh3_64 hashes sorted ascending (u64), the rank of each (u32), and ``N + 1``
-  offsets (u64) of each domain inside the decompressed ``domains.zst`` blob. Memory-mapped;
-  a lookup is one hash, a binary search and one string comparison (the "collision map" is
-  implicit: equal hashes sit next to each other and the string comparison decides).
+  ``domain_id`` is a domain's rank in that order. Readers find a domain by binary search
+  over the decompressed blob (line offsets computed once per version open; ADR 003).
 * ``domain_to_datasets.roar`` — the seed's DTDR layout, exactly:
   ``[DTDR][ver=1:u32][N_domains:u64][index_offset:u64][bitmaps...][N x {start:u64, len:u32}]``.
-* ``postings/<shard>.idx`` + ``postings/<shard>.dat`` — shard = ``domain_id % shards``. The
-  idx is ``[PDX1][ver=2:u32][N:u64][crc32 of the records:u64]`` then ``N`` fixed 20-byte
-  records ``{domain_id, dataset_id, url_count, file_id, row_start}`` (u32 each) sorted by
-  ``(domain_id, dataset_id)``, binary-searchable in place. The common case is *inline*: the
-  pair's rows are the contiguous rows ``[row_start, row_start + url_count)`` of one lake
-  file (files are sorted by domain), split into row groups with the registry's per-row-group
-  counts. A *fragmented* pair (rows in several files, until compaction) has
-  ``file_id = 0xFFFFFFFF`` and ``row_start`` = offset of its payload in the dat file:
-  ``[body_len:u32][crc32:u32][body]`` (seed §9), body = varints
-  ``flags, n, n x (file_id, row_group, row_start, row_count)``.
+* ``postings.bin`` — the runs of every lake file (ADR 008): a *run* is the rows of one
+  domain inside one lake file, ``(domain_id, dataset_id, file_id, rows)``. Runs are grouped
+  into blocks by ``int(hh, 16) % blocks`` (every row of a lake file then sits in one block) and
+  sorted by ``(domain_id, dataset_id, file_id)``; since a file is sorted by domain, a run's
+  first row is the sum of the rows of the same file's earlier runs, so row offsets are never
+  stored. Layout: ``[PST3][ver=3:u32][blocks:u32][0:u32]``, ``blocks + 1`` u64 block offsets,
+  then the blocks. A block is ``[n_runs:u32][n_multi:u32][crc32:u32]`` + zstd of four u32
+  columns (domain_id delta-coded, dataset_id, file_id, rows) and the exact distinct URL
+  count of every (domain, dataset) with more than one run (``n_multi`` x {first run index,
+  count}), each column byte-transposed (its 4 byte planes one after another) so zstd sees
+  the long runs of zero high bytes.
 * ``files.tsv.zst`` — the files registry (see :class:`FileEntry`).
 
 All integers little-endian.
@@ -34,45 +31,62 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import zstandard
+from pyroaring import BitMap
+
 from crawlstream.errors import ChecksumMismatch
 
 __all__ = [
-    "DDX_HEADER",
+    "BLOCK_HEADER",
     "DTDR_HEADER",
-    "FLAG_FRAGMENTED",
-    "FRAGMENTED_FILE_ID",
-    "IDX_RECORD",
-    "PDX_HEADER",
-    "PDX_VERSION",
+    "PST_HEADER",
     "FileEntry",
+    "Runs",
     "Segment",
+    "decode_block",
     "decode_files",
-    "decode_payload",
-    "decode_varints",
-    "encode_domains_idx",
+    "domain_offsets",
+    "dtdr_entry",
+    "encode_block",
     "encode_dtdr",
+    "encode_dtdr_pairs",
     "encode_files",
-    "encode_payload",
-    "encode_varints",
-    "frame_payload",
+    "encode_postings",
     "inline_segments",
-    "read_framed_payload",
+    "postings_block",
+    "run_row_starts",
 ]
 
-DDX_MAGIC = b"DDX1"
 DTDR_MAGIC = b"DTDR"
-PDX_MAGIC = b"PDX1"
+PST_MAGIC = b"PST3"
 FORMAT_VERSION = 1
+PST_VERSION = 3
 
-DDX_HEADER = struct.Struct("<4sIQQ")  # magic, ver, N, blob_len
 DTDR_HEADER = struct.Struct("<4sIQQ")  # magic, ver, N_domains, index_offset
 DTDR_ENTRY = struct.Struct("<QI")  # bitmap_start, bitmap_len
-PDX_HEADER = struct.Struct("<4sIQQ")  # magic, ver, N, crc32 of the records
-PDX_VERSION = 2
-IDX_RECORD = struct.Struct("<IIIII")  # domain_id, dataset_id, url_count, file_id | FRAGMENTED, row_start | offset
-FRAGMENTED_FILE_ID = 0xFFFFFFFF
+PST_HEADER = struct.Struct("<4sIII")  # magic, ver, blocks, reserved
+BLOCK_HEADER = struct.Struct("<III")  # n_runs, n_multi, crc32 of the compressed body
+_RUN_COLUMNS = 4
 
-FLAG_FRAGMENTED = 1  # the key's rows live in more than one lake file: readers merge + dedupe
+
+@dataclass(frozen=True, slots=True)
+class Runs:
+    """Parallel arrays, one entry per run, sorted by (domain_id, dataset_id, file_id).
+
+    ``multi`` maps the index of the first run of each (domain, dataset) with several runs
+    (rows in several files until compaction) to its exact distinct URL count.
+    """
+
+    domain_id: Any  # numpy int64 arrays
+    dataset_id: Any
+    file_id: Any
+    rows: Any
+    multi_first: Any
+    multi_count: Any
+
+    def __len__(self) -> int:
+        return len(self.domain_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,57 +115,6 @@ class FileEntry:
         return sum(self.rg_rows)
 
 
-def encode_varints(values: Iterable[int]) -> bytes:
-    out = bytearray()
-    for v in values:
-        if v < 0:
-            raise ValueError(f"varints are unsigned; got {v}")
-        while v >= 0x80:
-            out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        out.append(v)
-    return bytes(out)
-
-
-def decode_varints(data: bytes | memoryview) -> list[int]:
-    out: list[int] = []
-    v = shift = 0
-    for b in data:
-        v |= (b & 0x7F) << shift
-        if b & 0x80:
-            shift += 7
-        else:
-            out.append(v)
-            v = shift = 0
-    if shift:
-        raise ChecksumMismatch("postings payload ends inside a varint; rebuild the index version")
-    return out
-
-
-def encode_payload(segments: Sequence[Segment], *, fragmented: bool) -> bytes:
-    ints = [FLAG_FRAGMENTED if fragmented else 0, len(segments)]
-    for s in segments:
-        ints += (s.file_id, s.row_group, s.row_start, s.row_count)
-    body = encode_varints(ints)
-    return struct.pack("<I", zlib.crc32(body)) + body
-
-
-def decode_payload(data: bytes | memoryview) -> tuple[bool, list[Segment]]:
-    """Return (fragmented, segments); raise ChecksumMismatch if the CRC does not match."""
-    if len(data) < 5:
-        raise ChecksumMismatch(f"postings payload of {len(data)} bytes is too short; rebuild the index")
-    (crc,) = struct.unpack_from("<I", data, 0)
-    body = bytes(data[4:])
-    if zlib.crc32(body) != crc:
-        raise ChecksumMismatch("postings payload CRC mismatch; the index version is corrupt: rebuild it")
-    ints = decode_varints(body)
-    flags, n = ints[0], ints[1]
-    if len(ints) != 2 + 4 * n:
-        raise ChecksumMismatch(f"postings payload declares {n} segments but holds {(len(ints) - 2) / 4}")
-    segs = [Segment(ints[i], ints[i + 1], ints[i + 2], ints[i + 3]) for i in range(2, 2 + 4 * n, 4)]
-    return bool(flags & FLAG_FRAGMENTED), segs
-
-
 def inline_segments(file_id: int, row_start: int, row_count: int, rg_starts: Sequence[int]) -> list[Segment]:
     """Split rows ``[row_start, row_start + row_count)`` of a file at its row-group starts.
 
@@ -172,16 +135,6 @@ def inline_segments(file_id: int, row_start: int, row_count: int, rg_starts: Seq
     return out
 
 
-def frame_payload(payload: bytes) -> bytes:
-    """A payload as stored in a dat file: its length first, so the idx needs only an offset."""
-    return struct.pack("<I", len(payload)) + payload
-
-
-def read_framed_payload(buf: bytes | memoryview | Any, offset: int) -> bytes:
-    (length,) = struct.unpack_from("<I", buf, offset)
-    return bytes(buf[offset + 4 : offset + 4 + length])
-
-
 def encode_dtdr(bitmaps: Sequence[bytes]) -> bytes:
     """The seed's DTDR file from each domain's serialized Roaring bitmap (index = domain_id)."""
     parts = [b""]  # header placeholder
@@ -196,6 +149,61 @@ def encode_dtdr(bitmaps: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
+_ROARING_RUN_COOKIE = 12347  # CRoaring portable format; high 16 bits = containers - 1
+_SMALL_HEADER = 9  # cookie (4), run bitset (1), key (2), cardinality - 1 (2)
+_SMALL_SET = 8
+
+
+def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> bytes:
+    """The DTDR file from (domain_id, dataset_id) pairs sorted by (domain, dataset), unique.
+
+    A domain in at most ``_SMALL_SET`` datasets (the vast majority) gets one Roaring array
+    container in the portable serialization with the run-container cookie (no container is a
+    run, and under 4 containers the format has no offset header): 9 bytes + 2 per member,
+    where ``BitMap.serialize`` writes 16 + 2 per member (ADR 008). All of them are built at
+    once; larger sets are serialized by pyroaring (run containers for ranges of datasets).
+    Any portable Roaring reader (CRoaring, roaring-rs, Java) deserializes both.
+    """
+    pair_domain = np.asarray(pair_domain, dtype=np.int64)
+    pair_dataset = np.asarray(pair_dataset, dtype=np.int64)
+    card = np.bincount(pair_domain, minlength=n_domains).astype(np.int64)
+    if n_domains and card.min() == 0:
+        raise ValueError("every domain of the dictionary needs at least one dataset")
+    first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64)
+    big = np.flatnonzero((card > _SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16)
+                         if n_domains else np.zeros(0, bool))
+    big_bytes = [BitMap(pair_dataset[first[d] : first[d] + card[d]].tolist()).serialize() for d in big.tolist()]
+    sizes = _SMALL_HEADER + 2 * card
+    sizes[big] = [len(b) for b in big_bytes]
+    starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    index_offset = DTDR_HEADER.size + int(sizes.sum())
+    out = np.zeros(index_offset + DTDR_ENTRY.size * n_domains, dtype=np.uint8)
+    out[: DTDR_HEADER.size] = np.frombuffer(
+        DTDR_HEADER.pack(DTDR_MAGIC, FORMAT_VERSION, n_domains, index_offset), np.uint8)
+    small = np.ones(n_domains, bool)
+    small[big] = False
+    sd = np.flatnonzero(small)
+    head = np.zeros((len(sd), _SMALL_HEADER), dtype=np.uint8)
+    head[:, 0:4] = np.frombuffer(struct.pack("<I", _ROARING_RUN_COOKIE), np.uint8)  # 1 container
+    # head[:, 4] = 0: the run bitset (container 0 is not a run); head[:, 5:7] = 0: key 0
+    head[:, 7:9] = (card[sd] - 1).astype("<u2").view(np.uint8).reshape(-1, 2)  # cardinality - 1
+    out[(starts[sd][:, None] + np.arange(_SMALL_HEADER)).ravel()] = head.ravel()
+    on_small = small[pair_domain]
+    pd = pair_domain[on_small]
+    rank = np.flatnonzero(on_small) - first[pd]
+    vpos = starts[pd] + _SMALL_HEADER + 2 * rank
+    values = pair_dataset[on_small].astype("<u2").view(np.uint8).reshape(-1, 2)
+    out[vpos] = values[:, 0]
+    out[vpos + 1] = values[:, 1]
+    for d, data in zip(big.tolist(), big_bytes, strict=True):
+        out[starts[d] : starts[d] + len(data)] = np.frombuffer(data, np.uint8)
+    entries = np.zeros(n_domains, dtype=[("start", "<u8"), ("len", "<u4")])
+    entries["start"] = starts
+    entries["len"] = sizes
+    out[index_offset:] = entries.view(np.uint8)
+    return out.tobytes()
+
+
 def dtdr_entry(buf: bytes | memoryview, domain_id: int) -> tuple[int, int]:
     magic, ver, n, index_offset = DTDR_HEADER.unpack_from(buf, 0)
     if magic != DTDR_MAGIC or ver != FORMAT_VERSION:
@@ -204,22 +212,6 @@ def dtdr_entry(buf: bytes | memoryview, domain_id: int) -> tuple[int, int]:
         raise IndexError(domain_id)
     start, length = DTDR_ENTRY.unpack_from(buf, index_offset + DTDR_ENTRY.size * domain_id)
     return start, length
-
-
-def encode_domains_idx(domains: Sequence[str], hashes: Sequence[int]) -> tuple[bytes, bytes]:
-    """Return (``domains.zst`` plain blob, ``domains.idx``) for sorted ``domains`` and their xxh3_64."""
-    blob = "\n".join(domains).encode()
-    offsets = [0]
-    pos = 0
-    for d in domains:
-        pos += len(d.encode()) + 1
-        offsets.append(pos)
-    order = sorted(range(len(domains)), key=hashes.__getitem__)
-    idx = bytearray(DDX_HEADER.pack(DDX_MAGIC, FORMAT_VERSION, len(domains), len(blob)))
-    idx += struct.pack(f"<{len(order)}Q", *(hashes[i] for i in order))
-    idx += struct.pack(f"<{len(order)}I", *order)
-    idx += struct.pack(f"<{len(offsets)}Q", *offsets)
-    return blob, bytes(idx)
 
 
 _FILES_HEADER = "file_id\tdataset_id\thh\tpath\tsize_bytes\trg_rows\n"
@@ -239,4 +231,86 @@ def decode_files(data: bytes) -> list[FileEntry]:
         fid, ds, hh, path, size, rg = line.split("\t")
         rows = tuple(int(x) for x in rg.split(",")) if rg else ()
         out.append(FileEntry(int(fid), int(ds), hh, path, int(size), rows))
+    return out
+
+
+def _shuffle(values: Any) -> bytes:
+    """u32 column -> its 4 byte planes, lowest first (zstd then sees runs of zero bytes)."""
+    return np.ascontiguousarray(np.asarray(values, dtype="<u4").view(np.uint8).reshape(-1, 4).T).tobytes()
+
+
+def _unshuffle(data: bytes, n: int) -> Any:
+    return np.frombuffer(data, np.uint8).reshape(4, n).T.copy().view("<u4").ravel().astype(np.int64)
+
+
+def encode_block(runs: Runs, *, level: int) -> bytes:
+    """One postings block (see the module docstring); ``runs`` sorted, domain ids ascending."""
+    n, m = len(runs), len(runs.multi_first)
+    deltas = np.diff(np.asarray(runs.domain_id, dtype=np.int64), prepend=0)
+    cols = [deltas, runs.dataset_id, runs.file_id, runs.rows, runs.multi_first, runs.multi_count]
+    body = zstandard.ZstdCompressor(level=level).compress(b"".join(_shuffle(c) for c in cols))
+    return BLOCK_HEADER.pack(n, m, zlib.crc32(body)) + body
+
+
+def decode_block(data: bytes | memoryview) -> Runs:
+    """Inverse of :func:`encode_block`; ChecksumMismatch if the block is damaged."""
+    if len(data) < BLOCK_HEADER.size:
+        raise ChecksumMismatch(f"postings block of {len(data)} bytes is too short; rebuild the index version")
+    n, m, crc = BLOCK_HEADER.unpack_from(data, 0)
+    body = bytes(data[BLOCK_HEADER.size :])
+    if zlib.crc32(body) != crc:
+        raise ChecksumMismatch(
+            "postings block CRC mismatch; the index version is corrupt: rebuild with `crawlstream index build --full`"
+        )
+    raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=4 * (_RUN_COLUMNS * n + 2 * m))
+    if len(raw) != 4 * (_RUN_COLUMNS * n + 2 * m):
+        raise ChecksumMismatch(f"postings block declares {n} runs but holds {len(raw)} bytes")
+    cols = []
+    pos = 0
+    for k in (n, n, n, n, m, m):
+        cols.append(_unshuffle(raw[pos : pos + 4 * k], k))
+        pos += 4 * k
+    return Runs(np.cumsum(cols[0]), cols[1], cols[2], cols[3], cols[4], cols[5])
+
+
+def encode_postings(blocks: Sequence[bytes]) -> bytes:
+    offsets = [PST_HEADER.size + 8 * (len(blocks) + 1)]
+    for b in blocks:
+        offsets.append(offsets[-1] + len(b))
+    return b"".join([PST_HEADER.pack(PST_MAGIC, PST_VERSION, len(blocks), 0),
+                     struct.pack(f"<{len(offsets)}Q", *offsets), *blocks])
+
+
+def postings_block(buf: bytes | memoryview | Any, block: int) -> bytes:
+    """The bytes of block ``block`` of a ``postings.bin`` buffer (mmap, bytes)."""
+    magic, ver, n, _ = PST_HEADER.unpack_from(buf, 0)
+    if magic != PST_MAGIC or ver != PST_VERSION:
+        raise ChecksumMismatch(f"expected a PST3 postings file, found magic {magic!r} version {ver}; "
+                               "rebuild with `crawlstream index build --full`")
+    if not 0 <= block < n:
+        raise IndexError(block)
+    start, end = struct.unpack_from("<QQ", buf, PST_HEADER.size + 8 * block)
+    return bytes(buf[start:end])
+
+
+def domain_offsets(blob: bytes) -> Any:
+    """Start offset of every line of the ``domains.zst`` blob, plus ``len(blob) + 1`` at the end."""
+    if not blob:
+        return np.zeros(1, dtype=np.int64)
+    ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 10).astype(np.int64)
+    return np.concatenate(([0], ends + 1, [len(blob) + 1]))
+
+
+def run_row_starts(domain_id: Any, file_id: Any, rows: Any) -> Any:
+    """First row in its file of every run: a file is sorted by domain, so a run starts after
+    the file's runs of smaller domain ids (every run of the file must be present)."""
+    order = np.lexsort((domain_id, file_id))
+    r = rows[order]
+    excl = np.cumsum(r) - r
+    f = file_id[order]
+    first = np.flatnonzero(np.diff(f, prepend=-1) != 0)
+    sizes = np.diff(np.append(first, len(f)))
+    excl -= np.repeat(excl[first], sizes)
+    out = np.empty_like(excl)
+    out[order] = excl
     return out

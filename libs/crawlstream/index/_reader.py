@@ -21,9 +21,7 @@ import fcntl
 import logging
 import mmap
 import os
-import struct
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -31,30 +29,28 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import xxhash
 import zstandard
 from pyroaring import BitMap
 
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 from crawlstream.index._formats import (
-    DDX_HEADER,
-    FRAGMENTED_FILE_ID,
-    IDX_RECORD,
-    PDX_HEADER,
-    PDX_VERSION,
     FileEntry,
     Segment,
+    decode_block,
     decode_files,
-    decode_payload,
+    domain_offsets,
     dtdr_entry,
     inline_segments,
-    read_framed_payload,
+    postings_block,
+    run_row_starts,
 )
 from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo, index_dir
 from crawlstream.lake import host_prefix, segment_rows
+from crawlstream.urls import domain_prefix
 
 __all__ = ["DatasetCount", "IndexReader", "PinnedIndex", "UrlItem", "UrlPage"]
 
@@ -120,6 +116,41 @@ def _map(path: Path) -> mmap.mmap | None:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+class _Domains:
+    """The sorted domain list as a sequence of ``bytes`` over the blob (for ``bisect``)."""
+
+    def __init__(self, blob: bytes, offsets: memoryview) -> None:
+        self.blob = blob
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.blob[self.offsets[i] : self.offsets[i + 1] - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """A decoded postings block: runs sorted by (domain_id, dataset_id, file_id), as compact
+    numpy columns (a request converts only its domain's slice to Python ints)."""
+
+    domain_id: Any
+    dataset_id: Any
+    file_id: Any
+    rows: Any
+    row_start: Any
+    multi: dict[int, int]  # first run of a fragmented pair -> its exact count
+
+
+def _decode_block(data: bytes) -> _Block:
+    runs = decode_block(data)
+    starts = run_row_starts(runs.domain_id, runs.file_id, runs.rows)
+    return _Block(runs.domain_id.astype(np.int32), runs.dataset_id.astype(np.int32), runs.file_id.astype(np.int32),
+                  runs.rows.astype(np.int32), starts,
+                  dict(zip(runs.multi_first.tolist(), runs.multi_count.tolist(), strict=True)))
+
+
 class _Version:
     """The open files of one version; alive while the reader or a pin references it."""
 
@@ -129,47 +160,37 @@ class _Version:
         self.refs = 0
         self.current = True
         files = info.files
+        self.dtdr: mmap.mmap | None = None
+        self.postings: mmap.mmap | None = None
         self._pin_fd = os.open(root / files["pin"], os.O_RDONLY)
         try:
             fcntl.flock(self._pin_fd, fcntl.LOCK_SH)
+            if "postings" not in files:
+                raise ChecksumMismatch(
+                    f"index version {info.version} has an older postings format; "
+                    "rebuild with `crawlstream index build --full`"
+                )
             raw = (root / files["domains"]).read_bytes()
             self.blob = zstandard.ZstdDecompressor().decompress(raw)
-            self.didx = _map(root / files["domains_idx"])
             self.dtdr = _map(root / files["d2d_roar"])
-            self.pidx = [_map(root / p) for p in files["postings_idx"]]
-            self.pdat = [_map(root / p) for p in files["postings_dat"]]
+            self.postings = _map(root / files["postings"])
             files_raw = zstandard.ZstdDecompressor().decompress((root / files["files_tsv"]).read_bytes())
         except BaseException:
             self.close()
             raise
+        # Line offsets of the domain list, computed once per open (~3 ms per 500k domains;
+        # ADR 003): a lookup is a binary search over the blob, no hash table on disk.
+        self._offsets = memoryview(domain_offsets(self.blob).astype("<q").tobytes()).cast("q")
+        self._domains = _Domains(self.blob, self._offsets)
+        self.n_domains = len(self._domains)
         self.files: dict[int, FileEntry] = {f.file_id: f for f in decode_files(files_raw)}
         self._rg_starts: dict[int, list[int]] = {}
-        self._verified = [buf is None for buf in self.pidx]
+        self._blocks: dict[int, _Block] = {}
         self.dataset_ids = sorted({f.dataset_id for f in self.files.values()})
         self.shards = info.shards
-        if self.didx is None:
-            self.n_domains = 0
-        else:
-            _, _, self.n_domains, _ = DDX_HEADER.unpack_from(self.didx, 0)
-        self._init_views()
-
-    def _init_views(self) -> None:
-        n = self.n_domains
-        self._hash_off = DDX_HEADER.size
-        self._rank_off = self._hash_off + 8 * n
-        self._offs_off = self._rank_off + 4 * n
-        # C-speed binary search (bisect over a u64 view of the mmap); released in close().
-        self._hashes: memoryview | None = None
-        if self.didx is not None:
-            self._hashes = memoryview(self.didx)[self._hash_off : self._rank_off].cast("Q")
 
     def close(self) -> None:
-        hashes = getattr(self, "_hashes", None)
-        if hashes is not None:
-            hashes.release()
-            self._hashes = None
-        for m in [getattr(self, "didx", None), getattr(self, "dtdr", None),
-                  *getattr(self, "pidx", []), *getattr(self, "pdat", [])]:
+        for m in (self.dtdr, self.postings):
             if m is not None:
                 m.close()
         if self._pin_fd >= 0:
@@ -177,98 +198,55 @@ class _Version:
             self._pin_fd = -1
 
     def domain_at(self, domain_id: int) -> str:
-        assert self.didx is not None
-        a, b = struct.unpack_from("<QQ", self.didx, self._offs_off + 8 * domain_id)
-        return self.blob[a : b - 1].decode()
+        return self._domains[domain_id].decode()
 
     def domain_id(self, domain: str) -> int | None:
-        hashes = self._hashes
-        if hashes is None:
-            return None
-        h = xxhash.xxh3_64_intdigest(domain.encode())
-        lo = bisect.bisect_left(hashes, h)
-        while lo < self.n_domains and hashes[lo] == h:
-            (rank,) = struct.unpack_from("<I", self.didx, self._rank_off + 4 * lo)  # type: ignore[arg-type]
-            if self.domain_at(rank) == domain:
-                return int(rank)
-            lo += 1  # a 64-bit hash collision: the next equal hash may be ours
-        return None
+        key = domain.encode()
+        i = bisect.bisect_left(self._domains, key)
+        return i if i < self.n_domains and self._domains[i] == key else None
 
     def datasets_bitmap(self, domain_id: int) -> BitMap:
         assert self.dtdr is not None
         start, length = dtdr_entry(memoryview(self.dtdr), domain_id)
         return BitMap.deserialize(self.dtdr[start : start + length])
 
-    def _verify_shard(self, shard: int) -> None:
-        """CRC-check a postings shard on first use (at open it would read every shard: ~50 ms)."""
-        buf = self.pidx[shard]
-        assert buf is not None
-        _magic, ver, n, crc = PDX_HEADER.unpack_from(buf, 0)
-        body = memoryview(buf)[PDX_HEADER.size : PDX_HEADER.size + n * IDX_RECORD.size]
-        ok = ver == PDX_VERSION and zlib.crc32(body) == crc
-        body.release()
-        if not ok:
-            raise ChecksumMismatch(
-                f"postings shard {shard} of version {self.version} fails its CRC or version check "
-                f"(found v{ver}); rebuild with `crawlstream index build --full`"
-            )
-        self._verified[shard] = True
+    def _block(self, domain: str) -> _Block:
+        b = int(domain_prefix(domain), 16) % self.shards
+        blk = self._blocks.get(b)
+        if blk is None:  # two threads may decode the same block once each: harmless
+            assert self.postings is not None
+            blk = self._blocks[b] = _decode_block(postings_block(self.postings, b))
+        return blk
 
-    def _lower_bound(self, shard: int, domain_id: int, dataset_id: int) -> tuple[int, int]:
-        buf = self.pidx[shard]
-        if buf is None:
-            return 0, 0
-        if not self._verified[shard]:
-            self._verify_shard(shard)
-        _, _, n, _ = PDX_HEADER.unpack_from(buf, 0)
-        lo, hi = 0, n
-        base, size = PDX_HEADER.size, IDX_RECORD.size
-        target = (domain_id, dataset_id)
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if struct.unpack_from("<II", buf, base + mid * size) < target:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo, n
-
-    def entries_for_domain(self, domain_id: int) -> list[tuple[int, int]]:
-        shard = domain_id % self.shards
-        i, n = self._lower_bound(shard, domain_id, 0)
-        buf = self.pidx[shard]
-        out = []
+    def pairs(self, domain: str, domain_id: int) -> dict[int, tuple[int, list[tuple[int, int, int]]]]:
+        """dataset_id -> (exact URL count, runs as (file_id, row_start, rows)) of one domain."""
+        blk = self._block(domain)
+        lo = int(np.searchsorted(blk.domain_id, domain_id, "left"))
+        hi = int(np.searchsorted(blk.domain_id, domain_id, "right"))
+        out: dict[int, tuple[int, list[tuple[int, int, int]]]] = {}
+        datasets = blk.dataset_id[lo:hi].tolist()
+        file_ids = blk.file_id[lo:hi].tolist()
+        row_starts = blk.row_start[lo:hi].tolist()
+        rows = blk.rows[lo:hi].tolist()
+        i, n = 0, hi - lo
         while i < n:
-            did, ds, count, _, _ = IDX_RECORD.unpack_from(buf, PDX_HEADER.size + i * IDX_RECORD.size)  # type: ignore[arg-type]
-            if did != domain_id:
-                break
-            out.append((ds, count))
-            i += 1
+            ds = datasets[i]
+            j = i + 1
+            while j < n and datasets[j] == ds:
+                j += 1
+            runs = [(file_ids[k], row_starts[k], rows[k]) for k in range(i, j)]
+            out[ds] = (blk.multi[lo + i] if j - i > 1 else rows[i], runs)
+            i = j
         return out
 
-    def entry(self, domain_id: int, dataset_id: int) -> tuple[int, int, int] | None:
-        """(url_count, file_id or FRAGMENTED_FILE_ID, row_start or payload offset), or None."""
-        shard = domain_id % self.shards
-        i, n = self._lower_bound(shard, domain_id, dataset_id)
-        if i >= n:
-            return None
-        did, ds, count, off, ln = IDX_RECORD.unpack_from(self.pidx[shard], PDX_HEADER.size + i * IDX_RECORD.size)  # type: ignore[arg-type]
-        if (did, ds) != (domain_id, dataset_id):
-            return None
-        return count, off, ln
-
-    def segments(self, domain_id: int, count: int, file_id: int, start: int) -> tuple[bool, list[Segment]]:
-        if file_id != FRAGMENTED_FILE_ID:
-            starts = self._rg_starts.get(file_id)
-            if starts is None:
-                starts = [0]
-                for n in self.files[file_id].rg_rows:
-                    starts.append(starts[-1] + n)
-                self._rg_starts[file_id] = starts
-            return False, inline_segments(file_id, start, count, starts)
-        dat = self.pdat[domain_id % self.shards]
-        if dat is None:
-            raise ChecksumMismatch(f"postings payload missing in version {self.version}; rebuild the index")
-        return decode_payload(read_framed_payload(dat, start))
+    def rg_starts(self, file_id: int) -> list[int]:
+        starts = self._rg_starts.get(file_id)
+        if starts is None:
+            starts = [0]
+            for n in self.files[file_id].rg_rows:
+                starts.append(starts[-1] + n)
+            self._rg_starts[file_id] = starts
+        return starts
 
 
 class IndexReader:
@@ -282,7 +260,7 @@ class IndexReader:
         self._versions: dict[str, _Version] = {}
         self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
         self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(row_groups_cached)
-        self._payloads: _Lru[tuple[str, int, int], tuple[bool, list[Segment], list[int]]] = _Lru(4096)
+        self._pairs: _Lru[tuple[str, int, int], tuple[int, bool, list[Segment], list[int]] | None] = _Lru(4096)
         self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
 
     @classmethod
@@ -403,27 +381,30 @@ class PinnedIndex:
         if did is None:
             return None
         members = self._v.datasets_bitmap(did)
-        counts = dict(self._v.entries_for_domain(did))
-        return [DatasetCount(ds, counts.get(ds, 0)) for ds in members]
+        pairs = self._v.pairs(domain, did)
+        return [DatasetCount(ds, pairs[ds][0] if ds in pairs else 0) for ds in members]
 
     def _key(self, domain: str, dataset_id: int) -> tuple[int, int, bool, list[Segment], list[int]] | None:
         did = self._v.domain_id(domain)
         if did is None:
             return None
-        e = self._v.entry(did, dataset_id)
-        if e is None:
-            return None
-        count, file_id, start = e
         v = self._v
 
-        def load() -> tuple[bool, list[Segment], list[int]]:
-            fragmented, segs = v.segments(did, count, file_id, start)
+        def load() -> tuple[int, bool, list[Segment], list[int]] | None:
+            pair = v.pairs(domain, did).get(dataset_id)
+            if pair is None:
+                return None
+            count, runs = pair
+            segs = [seg for fid, start, rows in runs for seg in inline_segments(fid, start, rows, v.rg_starts(fid))]
             starts = [0]
             for s in segs:
                 starts.append(starts[-1] + s.row_count)
-            return fragmented, segs, starts
+            return count, len(runs) > 1, segs, starts
 
-        fragmented, segs, starts = self._reader._payloads.get_or_load((v.version, did, dataset_id), load)
+        found = self._reader._pairs.get_or_load((v.version, did, dataset_id), load)
+        if found is None:
+            return None
+        count, fragmented, segs, starts = found
         return did, count, fragmented, segs, starts
 
     def _rows(self, s: Segment, domain: str) -> list[tuple[int, str, int | None]]:

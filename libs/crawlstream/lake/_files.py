@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 REPLACES_KEY = b"crawlstream.replaces"
-_PART_RE = re.compile(r"^urls/dataset_id=(\d+)/domain_prefix=([0-9a-f]{2})/part-[^/]+\.parquet$")
+_HH_RE = re.compile(r"^[0-9a-f]{2}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +70,19 @@ def list_lake_files(root: Path) -> Iterator[LakeFile]:
     if not base.is_dir():
         return
     found = []
-    for ds_dir in base.iterdir():
-        if not ds_dir.name.startswith("dataset_id="):
-            continue
-        for part_dir in ds_dir.iterdir():
-            if not part_dir.name.startswith("domain_prefix="):
+    with os.scandir(base) as datasets:
+        for ds_dir in datasets:
+            if not (ds_dir.name.startswith("dataset_id=") and ds_dir.name[11:].isdigit()):
                 continue
-            for f in part_dir.iterdir():
-                rel = f.relative_to(root).as_posix()
-                m = _PART_RE.match(rel)
-                if m:
-                    found.append(LakeFile(int(m.group(1)), m.group(2), rel))
+            dataset_id = int(ds_dir.name[11:])
+            with os.scandir(ds_dir.path) as parts:
+                for part_dir in parts:
+                    hh = part_dir.name[len("domain_prefix="):]
+                    if not (part_dir.name.startswith("domain_prefix=") and _HH_RE.match(hh)):
+                        continue
+                    prefix = f"urls/{ds_dir.name}/{part_dir.name}/"
+                    found += [LakeFile(dataset_id, hh, prefix + name) for name in os.listdir(part_dir.path)
+                              if name.startswith("part-") and name.endswith(".parquet") and "/" not in name]
     yield from sorted(found, key=lambda lf: lf.path)
 
 
