@@ -324,3 +324,45 @@ def test_a_closed_member_hands_its_partitions_to_the_rest_of_the_group(bus: BusU
     assert len(second.assignment()) == partitions
     second.close()
     producer.close()
+
+
+def test_a_member_of_a_group_on_two_topics_owns_the_same_partitions_of_both(bus: BusUnderTest) -> None:
+    """Co-partitioning (the scheduler's urls.frontier + fetch.results): partition p of each
+    topic holds the same domains, so one member must own p of both, also after a member joins."""
+    producer = bus.bus.producer()
+    first_topic, partitions = make_topic(bus.bus, producer)
+    second_topic, _ = make_topic(bus.bus, producer)
+    topics = [first_topic, second_topic]
+    group = unique("g")
+    members = [bus.bus.consumer(group), bus.bus.consumer(group)]
+    members[0].subscribe(topics)
+    wait_assigned(members[0], lambda: len(members[0].assignment()) == 2 * partitions)
+    members[1].subscribe(topics)
+
+    def split() -> bool:
+        for member in members:
+            member.poll(0.1)
+        a, b = set(members[0].assignment()), set(members[1].assignment())
+        return bool(a) and bool(b) and not (a & b) and len(a | b) == 2 * partitions
+
+    wait_assigned(members[0], split)
+    for member in members:
+        owned = defaultdict(set)
+        for tp in member.assignment():
+            owned[tp.topic].add(tp.partition)
+        assert owned[first_topic] == owned[second_topic], member.assignment()
+    for member in members:
+        member.close()
+    producer.close()
+
+
+def test_end_offsets_are_the_next_offset_of_each_partition(bus: BusUnderTest) -> None:
+    """What drain detection compares committed offsets with (crawlstream.crawl.LagProbe)."""
+    producer = bus.bus.producer()
+    topic, partitions = make_topic(bus.bus, producer)
+    assert bus.bus.end_offsets(topic) == [0] * partitions
+    produce_numbered(producer, topic, partitions, 3)
+    producer.produce(topic, b"one more", partition=0)
+    producer.flush()
+    assert bus.bus.end_offsets(topic) == [4] + [3] * (partitions - 1)
+    producer.close()

@@ -96,6 +96,13 @@ def test_topics_are_auto_created_with_four_partitions_whatever_create_topics_ask
     assert bus.partition_count("kafka.autocreated") == AUTO_CREATED_PARTITIONS
 
 
+def test_create_topics_on_the_mock_cluster_makes_them_exist_at_once(bus: KafkaBus) -> None:
+    """Services subscribe right after creating their topics: left to the first produce, their
+    consumers would see "unknown topic" until a metadata refresh (5 minutes by default)."""
+    bus.create_topics(["kafka.created.early"], 4)
+    assert bus.partition_count("kafka.created.early") == AUTO_CREATED_PARTITIONS
+
+
 def test_bus_partition_count_of_an_unknown_topic_raises_without_creating_it(bus: KafkaBus) -> None:
     with pytest.raises(BusUnavailable, match="does not exist"):
         bus.partition_count("kafka.never.created")

@@ -165,5 +165,10 @@ class Bus(ABC):
         """Partitions of an existing ``topic``; raises ``BusUnavailable`` if unknown."""
 
     @abstractmethod
+    def end_offsets(self, topic: str) -> list[int]:
+        """The log end (next offset) of each partition of an existing ``topic``: minus a group's
+        committed offsets, the group's lag (how a drained crawl is told apart)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the backend (files, network). Producers and consumers must be closed first."""

@@ -1,7 +1,8 @@
 """The Kafka backend of the bus, on confluent-kafka (librdkafka).
 
 Owns the translation between ``crawlstream.bus`` and confluent-kafka: configuration
-(idempotent zstd producer, manual commits, cooperative-sticky assignment), rebalance
+(idempotent zstd producer, manual commits, cooperative-sticky assignment, or range for a
+subscription to several topics, which must stay co-partitioned), rebalance
 callbacks, and error mapping. Every ``KafkaException`` stops here and leaves as
 ``BusUnavailable`` with the cause kept. It does not decode values and does not handle
 signals: graceful shutdown (flush, commit, close) is the service loop's job.
@@ -20,7 +21,7 @@ from typing import Any
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from crawlstream.bus._base import Bus, Consumer, Message, PartitionsCallback, Producer, TopicPartition
 from crawlstream.errors import BusUnavailable, ConfigError
@@ -39,6 +40,7 @@ _OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
 _OFFSET_END = confluent_kafka.OFFSET_END
 
 _COOPERATIVE = "cooperative-sticky"
+_RANGE = "range"
 _METADATA_TIMEOUT_S = 10.0
 _QUEUE_FULL_TIMEOUT_S = 60.0
 
@@ -229,12 +231,19 @@ class KafkaConsumer(Consumer):
     not. Assignment is cooperative-sticky: a rebalance only moves the partitions that must
     move, so ``on_assign``/``on_revoke`` receive the *increment*, never the full set, and
     members keep processing their other partitions meanwhile.
+
+    A subscription to several topics switches the group to ``multi_topic_assignment``
+    (``range`` unless None): the design partitions every topic by domain, and a member that
+    consumes two topics (the scheduler: ``urls.frontier`` and ``fetch.results``) must own
+    partition p of both, or two members would act for the same domains. Cooperative-sticky
+    does not keep that: a member joining a group can be handed all of one topic and none of
+    the other. Range assigns each topic alike (eagerly: a rebalance revokes everything first).
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], *, multi_topic_assignment: str | None = _RANGE) -> None:
         self._config = dict(config)
-        self._cooperative = self._config.get("partition.assignment.strategy") == _COOPERATIVE
-        self._consumer = confluent_kafka.Consumer(self._config)
+        self._multi_topic_assignment = multi_topic_assignment
+        self._client: Any = None
         self._positions: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._assigning: set[TopicPartition] | None = None
@@ -247,6 +256,27 @@ class KafkaConsumer(Consumer):
         self._warn = _WarnOnce()
         self._closed = False
 
+    @property
+    def _consumer(self) -> Any:
+        """The librdkafka consumer, created on first use: ``subscribe`` may still choose its
+        assignment strategy, which is fixed at creation."""
+        if self._client is None:
+            self._client = confluent_kafka.Consumer(self._config)
+        return self._client
+
+    @property
+    def _cooperative(self) -> bool:
+        return self._config.get("partition.assignment.strategy") == _COOPERATIVE
+
+    def _use_strategy(self, strategy: str) -> None:
+        if self._config.get("partition.assignment.strategy") == strategy:
+            return
+        self._config["partition.assignment.strategy"] = strategy
+        if self._client is not None:
+            # Only read committed offsets so far (it never joined the group): start afresh.
+            self._client.close()
+            self._client = None
+
     # -- group membership -------------------------------------------------------------
 
     def subscribe(
@@ -258,6 +288,8 @@ class KafkaConsumer(Consumer):
         on_lost: PartitionsCallback | None = None,
     ) -> None:
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        if len(set(topics)) > 1 and self._multi_topic_assignment is not None:
+            self._use_strategy(self._multi_topic_assignment)
         try:
             self._consumer.subscribe(
                 list(topics),
@@ -474,8 +506,10 @@ class KafkaConsumer(Consumer):
         if self._closed:
             return
         self._closed = True
+        if self._client is None:
+            return
         try:
-            self._consumer.close()
+            self._client.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("closing the Kafka consumer failed: %s", exc)
 
@@ -556,7 +590,9 @@ class KafkaBus(Bus):
         return KafkaProducer(self.producer_config(), self)
 
     def consumer(self, group_id: str) -> KafkaConsumer:
-        return KafkaConsumer(self.consumer_config(group_id))
+        # A strategy set in extra_config is the operator's choice, for every subscription.
+        chosen = "partition.assignment.strategy" in self._extra
+        return KafkaConsumer(self.consumer_config(group_id), multi_topic_assignment=None if chosen else _RANGE)
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
@@ -570,7 +606,7 @@ class KafkaBus(Bus):
 
     def create_topics(self, topics: Iterable[str], partitions: int) -> None:
         """Create missing topics. On a cluster that rejects CreateTopics (librdkafka's mock
-        cluster) it warns once and leaves creation to auto-creation on first use."""
+        cluster) it warns once and has the brokers auto-create them instead."""
         wanted = [t for t in topics if t not in self._known_topics]
         if not wanted:
             return
@@ -584,7 +620,7 @@ class KafkaBus(Bus):
         if not missing:
             return
         if str(metadata.cluster_id or "").startswith(_MOCK_CLUSTER_ID_PREFIX):
-            self._warn_auto_create(missing, "librdkafka's mock cluster does not support CreateTopics")
+            self._auto_create(missing, "librdkafka's mock cluster does not support CreateTopics")
             return
         futures = admin.create_topics(
             [NewTopic(t, num_partitions=partitions) for t in missing], request_timeout=_METADATA_TIMEOUT_S
@@ -602,7 +638,7 @@ class KafkaBus(Bus):
                     KafkaError.TOPIC_AUTHORIZATION_FAILED,
                     KafkaError.UNSUPPORTED_VERSION,
                 ):
-                    self._warn_auto_create([topic], f"CreateTopics failed ({err.str()})")
+                    self._auto_create([topic], f"CreateTopics failed ({err.str()})")
                     continue
                 else:
                     raise BusUnavailable(
@@ -611,18 +647,39 @@ class KafkaBus(Bus):
             self._known_topics.add(topic)
         logger.info("created topics %s with %d partitions", missing, partitions)
 
-    def _warn_auto_create(self, topics: list[str], reason: str) -> None:
+    def _auto_create(self, topics: list[str], reason: str) -> None:
+        """Have the brokers auto-create ``topics`` now: a producer's metadata request naming a
+        topic is a first use. Left to the first produce, a consumer that subscribed before it
+        would see "unknown topic" until its next metadata refresh (5 minutes by default)."""
         if not self._create_warned:
             self._create_warned = True
             logger.warning(
-                "%s; topics %s will be auto-created by the brokers on first use "
-                "(their partition count is the brokers' default)",
+                "%s; asking the brokers to auto-create topics %s (their partition count is the "
+                "brokers' default)",
                 reason,
                 topics,
             )
+        # Consumers and admin clients never ask for auto-creation; a producer does.
+        client = confluent_kafka.Producer({**self._common, **self._extra})
+        for topic in topics:
+            _partitions_in_metadata(client, topic, auto_create=True)
+            self._known_topics.add(topic)
 
     def partition_count(self, topic: str) -> int:
         return _partitions_in_metadata(self._admin_client(), topic, auto_create=False)
+
+    def end_offsets(self, topic: str) -> list[int]:
+        """The log end (high watermark) of each partition of ``topic``, as the embedded bus
+        gives it: with a group's committed offsets it is the group's lag, which is how
+        ``crawlstream.crawl.LagProbe`` tells a drained crawl."""
+        count = self.partition_count(topic)
+        request = {confluent_kafka.TopicPartition(topic, p): OffsetSpec.latest() for p in range(count)}
+        try:
+            futures = self._admin_client().list_offsets(request, request_timeout=_METADATA_TIMEOUT_S)
+            ends = {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+        except KafkaException as exc:
+            raise BusUnavailable(f"end offsets of topic {topic!r} unavailable: {exc}") from exc
+        return [ends[p] for p in range(count)]
 
     def close(self) -> None:
         # AdminClient has no close(); dropping the reference releases it.

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 # Sub-command modules, in --help order.
 _COMMANDS = (
     "_run",
+    "_seed",
     "_service",
     "_ingest",
     "_index",
