@@ -33,14 +33,17 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from e2e_support import MAX_RETRIES, MIN_DELAY_S, crawl_env, demo_web
+from redis import Redis
 
 from crawlstream.bus import KafkaBus, TopicPartition
 from crawlstream.bus.testing import AUTO_CREATED_PARTITIONS, MockKafkaCluster
+from crawlstream.cli._run import CRAWL_SERVICES
 from crawlstream.crawl import DrainDetector, LagProbe, is_idle
 from crawlstream.demoweb import DemoWeb, RequestRecord
 from crawlstream.politeness import Scheduler
@@ -179,17 +182,20 @@ def groups_assigned(processes: Sequence[ServiceProcess]) -> bool:
     return True
 
 
-@pytest.fixture(
-    scope="module",
-    # The scaled deployment takes 35-55 s more on 2 cores: opt-in (make test-slow).
-    params=["one-process-per-service", pytest.param("scaled-groups", marks=pytest.mark.slow)],
-)
-def crawl(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCrawl]:
-    deployment = DEPLOYMENTS[request.param]
-    root = tmp_path_factory.mktemp(f"kafka-{request.param}")
-    processes: list[ServiceProcess] = []
-    with MockKafkaCluster() as cluster, open_redis(None, root / "redis") as redis_handle, demo_web() as web:
-        redis_url = f"unix://{redis_handle.client.socket_file}"
+@dataclass
+class Deployment:
+    """Kafka (mock cluster), one Redis, the demo web and the environment every process gets."""
+
+    web: DemoWeb
+    env: dict[str, str]
+    settings: Settings
+    redis: Redis
+    seeds: Path
+
+
+@contextmanager
+def deployment_of(root: Path, web: DemoWeb) -> Iterator[Deployment]:
+    with MockKafkaCluster() as cluster, open_redis(None, root / "redis") as redis_handle, web:
         resolve_map = root / "resolve.json"
         resolve_map.write_text(json.dumps(web.resolve_map))
         seeds = root / "seeds.txt"
@@ -200,12 +206,25 @@ def crawl(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             CRAWLSTREAM_BUS_KAFKA_EXTRA_CONFIG=KAFKA_EXTRA_CONFIG,
             CRAWLSTREAM_LOG_LEVEL="INFO",
             KAFKA_BOOTSTRAP_SERVERS=cluster.bootstrap_servers,
-            REDIS_URL=redis_url,
+            REDIS_URL=f"unix://{redis_handle.client.socket_file}",
         )
         # A deployment's environment: nothing inherited may point elsewhere.
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k not in _FIXED_VARS}
         env.update(crawl_vars)
-        settings = load(crawl_vars)
+        yield Deployment(web, env, load(crawl_vars), redis_handle.client, seeds)
+
+
+@pytest.fixture(
+    scope="module",
+    # The scaled deployment takes 35-55 s more on 2 cores: opt-in (make test-slow).
+    params=["one-process-per-service", pytest.param("scaled-groups", marks=pytest.mark.slow)],
+)
+def crawl(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCrawl]:
+    deployment = DEPLOYMENTS[request.param]
+    root = tmp_path_factory.mktemp(f"kafka-{request.param}")
+    processes: list[ServiceProcess] = []
+    with deployment_of(root, demo_web()) as where:
+        web, env, settings = where.web, where.env, where.settings
         bus = KafkaBus.from_settings(settings)
         try:
             for name, count in deployment.items():
@@ -216,7 +235,7 @@ def crawl(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
             started = time.monotonic()
             seeded = subprocess.run(
-                [sys.executable, "-m", "crawlstream", "seed", "--seeds", str(seeds)],
+                [sys.executable, "-m", "crawlstream", "seed", "--seeds", str(where.seeds)],
                 env=env,
                 capture_output=True,
                 timeout=60,
@@ -227,7 +246,7 @@ def crawl(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
             groups = {GROUPS[name][0]: GROUPS[name][1] for name in deployment}
             probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
-            reader = Scheduler.from_settings(settings, redis_handle.client)
+            reader = Scheduler.from_settings(settings, where.redis)
             detector = DrainDetector(required=3)
 
             def drained() -> bool:
@@ -316,3 +335,26 @@ def test_the_bucket_compressor_stores_every_page_served_ok_once(crawl: KafkaCraw
         assert store.stats().urls == len(served_ok)
     finally:
         store.close()
+
+
+def test_crawlstream_run_on_kafka_exits_when_done_with_the_same_pages(tmp_path: Path) -> None:
+    """``crawlstream run --exit-when-done`` tells a drained crawl on Kafka too (Bus.end_offsets)."""
+    with deployment_of(tmp_path, demo_web(n_domains=10)) as where:
+        command = [sys.executable, "-m", "crawlstream", "run", "--seeds", str(where.seeds), "--exit-when-done"]
+        command += ["--services", ",".join(CRAWL_SERVICES)]
+        log = tmp_path / "run.log"
+        with log.open("wb") as err:
+            process = subprocess.Popen(command, env=where.env, stdout=subprocess.PIPE, stderr=err)
+        try:
+            out, _ = process.communicate(timeout=CRAWL_TIMEOUT_S)
+        finally:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(10)
+        assert process.returncode == 0, log.read_text(errors="replace")[-3000:]
+        pages = [r for r in where.web.requests() if r.path not in _ROBOTS]
+        summary = json.loads(out.decode().strip().splitlines()[-1])
+        assert summary["reason"] == "drained"
+        assert {r.url for r in pages} == where.web.reachable_pages()
+        # Every request the server saw is a result with a status, but those that timed out.
+        assert summary["pages"] + summary["by_outcome"]["timeout"] == len(pages)

@@ -1,4 +1,5 @@
-"""``crawlstream run``: the whole crawl in one process, on the embedded bus and Redis.
+"""``crawlstream run``: the whole crawl in one process, on the embedded bus and Redis (or Kafka and
+``REDIS_URL`` when set).
 
 Seeds go to ``urls.discovered`` (every run: they pass through dedupe, so re-seeding a resumed
 crawl adds nothing), then each crawl service runs on its own thread over one ``Host``, plus
@@ -116,14 +117,6 @@ def run_crawl(
     settings = host.settings
     specs = _service_specs(host, services, resolve_map)
     _seed(host, seeds)
-    end_offsets = getattr(host.bus, "end_offsets", None)
-    if end_offsets is None:
-        if exit_when_done:
-            raise ConfigError(
-                "--exit-when-done needs the embedded bus (it reads log end offsets to detect a drained "
-                "crawl); unset KAFKA_BOOTSTRAP_SERVERS or run without --exit-when-done"
-            )
-        end_offsets = _no_offsets
 
     stats_consumer = host.bus.consumer(STATS_GROUP)
     stats_handler = StatsHandler(settings.data_dir / "crawl" / "stats.json", stats_consumer)
@@ -143,7 +136,7 @@ def run_crawl(
     specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,), last=True))
 
     groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
-    probe = LagProbe({g: host.bus.consumer(g) for g in groups}, groups, end_offsets)
+    probe = LagProbe({g: host.bus.consumer(g) for g in groups}, groups, host.bus.end_offsets)
     reader = Scheduler.from_settings(settings, host.redis)
     partitions = host.bus.partition_count(URLS_FRONTIER)
 
@@ -175,10 +168,6 @@ def run_crawl(
         return runner.run()
     finally:
         probe.close()
-
-
-def _no_offsets(topic: str) -> list[int]:
-    return []
 
 
 def _service_specs(
@@ -222,8 +211,7 @@ def _seed(host: Host, seeds: Sequence[str]) -> None:
         out.producer.flush()
         logger.info("seeded %d URLs", len(seeds))
         return
-    end_offsets = getattr(host.bus, "end_offsets", None)
-    if end_offsets is not None and not any(end_offsets(URLS_DISCOVERED)):
+    if not any(host.bus.end_offsets(URLS_DISCOVERED)):
         raise ConfigError(
             f"no seeds and nothing to resume in {host.settings.data_dir}: give --seeds URL or --seeds FILE"
         )
