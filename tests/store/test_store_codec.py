@@ -9,6 +9,7 @@ from crawlstream.errors import ChecksumMismatch
 from crawlstream.store import (
     KIND_BODY,
     KIND_REF,
+    GroupHeader,
     TornRecord,
     UnsupportedFormat,
     content_hash,
@@ -16,10 +17,12 @@ from crawlstream.store import (
     decode_log_records,
     decode_meta,
     decode_record_header,
+    encode_group,
     encode_index_snapshot,
     encode_log_record,
     encode_meta,
     encode_record,
+    member_checksum,
     scan_records,
 )
 
@@ -167,3 +170,44 @@ def test_log_decoding_stops_at_a_torn_tail_and_skips_bad_crc() -> None:
     data = good + bytes(bad) + encode_log_record({"d": 4})[:-2]
     records, valid_end, skipped = decode_log_records(data)
     assert records == [{"a": 1}, {"b": 2}] and skipped == 1 and valid_end == len(good) + len(bad)
+
+
+def _group(*pages: tuple[str, bytes]) -> bytes:
+    contents = [encode_meta({"u": url, "q": i, "f": 0}) + body for i, (url, body) in enumerate(pages)]
+    metas = [len(encode_meta({"u": url, "q": i, "f": 0})) for i, (url, _) in enumerate(pages)]
+    frame = zstd.ZstdCompressor(level=3).compress(b"".join(contents))
+    members = [
+        (KIND_BODY, meta_len, len(content) - meta_len, member_checksum(content))
+        for meta_len, content in zip(metas, contents, strict=True)
+    ]
+    return encode_group(dict_id=0, members=members, frame=frame)
+
+
+def test_group_header_holds_a_member_table_and_the_frame_yields_the_members_in_order() -> None:
+    data = _group(("http://a.example/1", b"one" * 10), ("http://a.example/2", b"two" * 20))
+    header = decode_record_header(data)
+    assert isinstance(header, GroupHeader) and header.record_size == len(data)
+    assert [(m.body_size, m.start) for m in header.members] == [(30, 0), (60, header.members[0].end)]
+    assert header.header_size == 8 + 20 + 2 * 17 + 4  # fixed group header + 17 bytes per member + crc
+    content = zstd.ZstdDecompressor().decompress(data[header.header_size :])
+    second = header.members[1]
+    assert decode_meta(content[second.start : second.start + second.meta_len])["u"] == "http://a.example/2"
+    assert content[second.start + second.meta_len : second.end] == b"two" * 20
+    assert member_checksum(content[second.start : second.end]) == second.checksum
+
+
+def test_scan_yields_a_group_with_a_damaged_frame_with_its_header_so_members_can_be_salvaged() -> None:
+    first, second = _group(("http://a.example/1", b"a" * 300)), _record("http://a.example/2", b"b" * 300, 2)
+    data = bytearray(first + second)
+    data[len(first) - 3] ^= 0x01  # inside the group's zstd frame
+    items = list(scan_records(bytes(data)))
+    assert [(i.problem, i.frame_ok) for i in items] == [("", False), ("", True)]
+    assert isinstance(items[0].header, GroupHeader)
+
+
+def test_scan_reports_a_cut_group_as_torn_and_a_damaged_member_table_as_corrupt() -> None:
+    group = _group(("http://a.example/1", b"a" * 300), ("http://a.example/2", b"b" * 300))
+    assert [i.problem for i in scan_records(group[:-4])] == ["torn"]
+    damaged = bytearray(group + _record("http://a.example/3", b"c", 3))
+    damaged[20] ^= 0x01
+    assert [i.problem for i in scan_records(bytes(damaged))] == ["corrupt", ""]

@@ -2,7 +2,8 @@
 
 Append-only segments of independently decompressible zstd frames (fixed headers in skippable
 frames, IIPC warc-zstd style; URL/title metadata inside the compressed frame), per-domain and
-global trained dictionaries, tiers hot/warm/cold/archive with crash-safe recompression, an
+global trained dictionaries, tiers hot/warm/cold/archive with crash-safe recompression (cold and
+archive pages grouped several per zstd frame, each still read alone), an
 index url_key -> location (a zstd-compressed snapshot + a log) with tombstones and tags,
 checksums verified on every read and damaged regions quarantined.
 See docs/decisions/002-content-store-layout.md for the layout and its measurements.
@@ -10,8 +11,11 @@ See docs/decisions/002-content-store-layout.md for the layout and its measuremen
 
 from crawlstream.store._codec import (
     KIND_BODY,
+    KIND_GROUP,
     KIND_REF,
     SKIPPABLE_MAGIC,
+    GroupHeader,
+    Member,
     RecordHeader,
     ScanItem,
     TornRecord,
@@ -21,10 +25,12 @@ from crawlstream.store._codec import (
     decode_log_records,
     decode_meta,
     decode_record_header,
+    encode_group,
     encode_index_snapshot,
     encode_log_record,
     encode_meta,
     encode_record,
+    member_checksum,
     scan_records,
 )
 from crawlstream.store._dicts import GLOBAL_DOMAIN, DictInfo, DictionaryStore
@@ -35,6 +41,7 @@ from crawlstream.store._warc import export_warc
 __all__ = [
     "GLOBAL_DOMAIN",
     "KIND_BODY",
+    "KIND_GROUP",
     "KIND_REF",
     "SKIPPABLE_MAGIC",
     "TIERS",
@@ -42,7 +49,9 @@ __all__ = [
     "DictInfo",
     "DictionaryStore",
     "Entry",
+    "GroupHeader",
     "Location",
+    "Member",
     "Problem",
     "RecompressReport",
     "RecordHeader",
@@ -56,10 +65,12 @@ __all__ = [
     "decode_log_records",
     "decode_meta",
     "decode_record_header",
+    "encode_group",
     "encode_index_snapshot",
     "encode_log_record",
     "encode_meta",
     "encode_record",
     "export_warc",
+    "member_checksum",
     "scan_records",
 ]

@@ -5,16 +5,28 @@ here from this module alone (it mirrors the IIPC warc-zstd idea: the fixed recor
 lives in a zstd *skippable frame*, so ``zstd -d`` over a segment yields, per record, its
 metadata line followed by its body).
 
-Segment record, format version 2 (little endian)::
+Segment record, format version 3 (little endian). A *single* record (hot and warm tiers)::
 
     skippable frame: u32 magic 0x184D2A5D | u32 payload_size | HEADER | u32 crc32(HEADER)
     zstd frame: frame_size bytes, decompressing to  meta (JSON line, meta_len bytes) | body
     (REF records, which only name an identical stored body by content hash, have a frame
     holding the metadata alone)
 
-HEADER = version u8 (2), kind u8, dict_id u32, url_key u64, seq u64, fetched_at_ms i64,
+HEADER = version u8 (3), kind u8, dict_id u32, url_key u64, seq u64, fetched_at_ms i64,
 raw_size u64, frame_size u64, content_hash 16 bytes (xxh3_128 of the raw body),
 frame_checksum u64 (xxh3_64 of the stored zstd frame), meta_len u32.
+
+A *group* record (cold and archive tiers) holds several members in one zstd frame, so
+each page also compresses against the pages before it (docs/decisions/002)::
+
+    skippable frame: u32 magic | u32 payload_size | GROUP | count x MEMBER | u32 crc32(GROUP + MEMBERs)
+    zstd frame: frame_size bytes, decompressing to  member 0 content | member 1 content | ...
+
+GROUP = version u8 (3), kind u8 (3), dict_id u32, frame_size u32, frame_checksum u64, count u16.
+MEMBER = kind u8 (body or ref), meta_len u32, body_size u32, checksum u64 (xxh3_64 of the
+member's content: its metadata line, then its body). A member's metadata line also carries
+its seq ("q") and fetched_at_ms ("f"); a ref member's also the body's hash ("h") and size
+("z"). Reading member i decompresses the frame's first members up to i's end.
 
 The metadata (url, content type, title, status) sits inside the compressed frame so it
 compresses against the domain dictionary; the binary header is all a scan needs to frame,
@@ -43,9 +55,12 @@ from crawlstream.errors import BadDataError, ChecksumMismatch
 
 __all__ = [
     "KIND_BODY",
+    "KIND_GROUP",
     "KIND_REF",
     "SKIPPABLE_MAGIC",
     "VERSION",
+    "GroupHeader",
+    "Member",
     "RecordHeader",
     "ScanItem",
     "TornRecord",
@@ -55,11 +70,13 @@ __all__ = [
     "decode_log_records",
     "decode_meta",
     "decode_record_header",
+    "encode_group",
     "encode_index_snapshot",
     "encode_log_record",
     "encode_meta",
     "encode_record",
     "frame_checksum",
+    "member_checksum",
     "scan_records",
 ]
 
@@ -68,13 +85,17 @@ _SKIP = struct.Struct("<II")
 _HEADER = struct.Struct("<BBIQQqQQ16sQI")
 _CRC = struct.Struct("<I")
 _LOG = struct.Struct("<II")
-VERSION = 2
+_GROUP = struct.Struct("<BBIIQH")
+_MEMBER = struct.Struct("<BIIQ")
+VERSION = 3
 KIND_BODY = 1
 KIND_REF = 2
+KIND_GROUP = 3
+MAX_GROUP_MEMBERS = 0xFFFF
 _MAGIC_BYTES = _SKIP.pack(SKIPPABLE_MAGIC, 0)[:4]
 _PAYLOAD_SIZE = _HEADER.size + _CRC.size
 MAX_META_BYTES = 1 << 20
-_SNAP_MAGIC = b"CSIX2\n"
+_SNAP_MAGIC = b"CSIX3\n"
 _U32 = struct.Struct("<I")
 
 
@@ -93,6 +114,11 @@ def content_hash(body: bytes) -> bytes:
 
 def frame_checksum(frame: bytes | memoryview) -> int:
     return xxhash.xxh3_64_intdigest(frame)
+
+
+def member_checksum(content: bytes | memoryview) -> int:
+    """xxh3_64 of one group member's content (metadata line + body): checked on every member read."""
+    return xxhash.xxh3_64_intdigest(content)
 
 
 def encode_meta(meta: dict[str, Any]) -> bytes:
@@ -188,8 +214,56 @@ def encode_record(
     return _SKIP.pack(SKIPPABLE_MAGIC, _PAYLOAD_SIZE) + fixed + _CRC.pack(zlib.crc32(fixed)) + frame
 
 
-def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHeader:
-    """Parse and check the header at ``offset``.
+@dataclass(frozen=True)
+class Member:
+    """One member of a group record: where its content sits in the decompressed frame."""
+
+    kind: int
+    meta_len: int
+    body_size: int
+    checksum: int
+    start: int  # offset of its content (metadata line, then body) in the decompressed frame
+
+    @property
+    def end(self) -> int:
+        return self.start + self.meta_len + self.body_size
+
+
+@dataclass(frozen=True)
+class GroupHeader:
+    """The skippable-frame header of a group record: the member table of one shared zstd frame."""
+
+    dict_id: int
+    frame_size: int
+    frame_checksum: int
+    members: tuple[Member, ...]
+    header_size: int
+    kind: int = KIND_GROUP
+
+    @property
+    def record_size(self) -> int:
+        return self.header_size + self.frame_size
+
+    @property
+    def content_size(self) -> int:
+        return self.members[-1].end
+
+
+def encode_group(*, dict_id: int, members: list[tuple[int, int, int, int]], frame: bytes) -> bytes:
+    """One group record. ``members`` are (kind, meta_len, body_size, member_checksum) in frame
+    order; ``frame`` is the zstd compression of their contents concatenated."""
+    if not members or len(members) > MAX_GROUP_MEMBERS:
+        raise ValueError(f"a group holds 1 to {MAX_GROUP_MEMBERS} members, got {len(members)}")
+    if not frame or len(frame) > 0xFFFFFFFF:
+        raise ValueError(f"a group frame must be 1 byte to 4 GiB, got {len(frame)}")
+    payload = _GROUP.pack(VERSION, KIND_GROUP, dict_id, len(frame), frame_checksum(frame), len(members)) + b"".join(
+        _MEMBER.pack(kind, meta_len, body_size, checksum) for kind, meta_len, body_size, checksum in members
+    )
+    return _SKIP.pack(SKIPPABLE_MAGIC, len(payload) + _CRC.size) + payload + _CRC.pack(zlib.crc32(payload)) + frame
+
+
+def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHeader | GroupHeader:
+    """Parse and check the header (single or group record) at ``offset``.
 
     Raises TornRecord if ``buf`` ends before the header (or the frame) ends,
     UnsupportedFormat for a valid header of another layout version, and ChecksumMismatch
@@ -206,6 +280,8 @@ def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHead
         )
     start = offset + _SKIP.size
     if size != _PAYLOAD_SIZE:
+        if _group_shaped(size):
+            return _decode_group_header(view, offset, start, size)
         if size >= 80 and start + size <= end and view[start] == 1 and _v1_crc_ok(view, start, size):
             raise UnsupportedFormat(
                 f"record at offset {offset} is in store format version 1; this build reads version {VERSION}. "
@@ -235,6 +311,39 @@ def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHead
     )
 
 
+def _group_shaped(size: int) -> bool:
+    members, rest = divmod(size - _GROUP.size - _CRC.size, _MEMBER.size)
+    return 1 <= members <= MAX_GROUP_MEMBERS and rest == 0
+
+
+def _decode_group_header(view: memoryview, offset: int, start: int, size: int) -> GroupHeader:
+    if start + size > len(view):
+        raise TornRecord(f"group header at offset {offset} cut short")
+    payload = view[start : start + size - _CRC.size]
+    (crc,) = _CRC.unpack_from(view, start + size - _CRC.size)
+    if zlib.crc32(payload) != crc:
+        raise ChecksumMismatch(f"group header at offset {offset} fails its crc32")
+    version, kind, dict_id, frame_size, fsum, count = _GROUP.unpack_from(payload, 0)
+    if version != VERSION:
+        raise UnsupportedFormat(
+            f"record at offset {offset} is in store format version {version}; this build reads version {VERSION}"
+        )
+    if kind != KIND_GROUP or count != (size - _GROUP.size - _CRC.size) // _MEMBER.size or not frame_size:
+        raise ChecksumMismatch(f"group header at offset {offset} is inconsistent (kind {kind}, {count} members)")
+    members: list[Member] = []
+    pos = 0
+    for i in range(count):
+        mkind, meta_len, body_size, checksum = _MEMBER.unpack_from(payload, _GROUP.size + i * _MEMBER.size)
+        if mkind not in (KIND_BODY, KIND_REF) or meta_len >= MAX_META_BYTES or (mkind == KIND_REF and body_size):
+            raise ChecksumMismatch(f"group header at offset {offset}: member {i} is not understood")
+        members.append(Member(mkind, meta_len, body_size, checksum, pos))
+        pos += meta_len + body_size
+    header_size = _SKIP.size + size
+    if offset + header_size + frame_size > len(view):
+        raise TornRecord(f"group record at offset {offset} ends past the end of the data")
+    return GroupHeader(dict_id, frame_size, fsum, tuple(members), header_size)
+
+
 def _v1_crc_ok(view: memoryview, start: int, size: int) -> bool:
     """True if the payload is a well-formed version-1 header (crc32 over all but the last 4 bytes)."""
     (crc,) = _CRC.unpack_from(view, start + size - _CRC.size)
@@ -247,8 +356,9 @@ class ScanItem:
 
     offset: int
     length: int
-    header: RecordHeader | None  # None for a bad region
+    header: RecordHeader | GroupHeader | None  # None for a bad region
     problem: str = ""  # "" | "corrupt" | "torn"
+    frame_ok: bool = True  # False: a group whose frame fails its checksum (members are checked one by one)
 
 
 def scan_records(buf: bytes | memoryview, start: int = 0) -> Iterator[ScanItem]:
@@ -256,20 +366,22 @@ def scan_records(buf: bytes | memoryview, start: int = 0) -> Iterator[ScanItem]:
 
     A record whose header or frame checksum fails is yielded as a ``corrupt`` region that
     extends to the next offset where a valid header starts (resynchronising on the
-    skippable-frame magic), so one damaged record never hides the others. An incomplete
-    final record is a ``torn`` region (a crash mid-append).
+    skippable-frame magic), so one damaged record never hides the others. A group record
+    whose header is valid but whose frame fails its checksum is yielded with its header and
+    ``frame_ok=False``: its members carry their own checksums, so the intact ones can still
+    be read. An incomplete final record is a ``torn`` region (a crash mid-append).
     """
     view = memoryview(buf)
     pos = start
     end = len(view)
     while pos < end:
+        frame_ok = True
         try:
             header = decode_record_header(view, pos)
-            if (
-                header.frame_size
-                and frame_checksum(view[pos + header.header_size : pos + header.record_size]) != header.frame_checksum
-            ):
-                raise ChecksumMismatch(f"frame checksum mismatch at offset {pos}")
+            if frame_checksum(view[pos + header.header_size : pos + header.record_size]) != header.frame_checksum:
+                if not isinstance(header, GroupHeader):
+                    raise ChecksumMismatch(f"frame checksum mismatch at offset {pos}")
+                frame_ok = False
         except TornRecord:
             nxt = _resync(view, pos + 1)
             if nxt is None:
@@ -286,7 +398,7 @@ def scan_records(buf: bytes | memoryview, start: int = 0) -> Iterator[ScanItem]:
                 return
             pos = nxt
             continue
-        yield ScanItem(pos, header.record_size, header)
+        yield ScanItem(pos, header.record_size, header, frame_ok=frame_ok)
         pos += header.record_size
 
 
@@ -351,7 +463,7 @@ def encode_index_snapshot(
     def seg_id(name: str) -> int:
         return segs.setdefault(name, len(segs))
 
-    cols: dict[str, Any] = {k: [] for k in ("u", "q", "ls", "lo", "ll", "ld", "z", "f", "t", "n", "s")}
+    cols: dict[str, Any] = {k: [] for k in ("u", "q", "ls", "lo", "ll", "ld", "lm", "z", "f", "t", "n", "s")}
     kx: dict[str, int] = {}
     refs: dict[str, list[int]] = {}
     for i, r in enumerate(recs):
@@ -368,6 +480,7 @@ def encode_index_snapshot(
         cols["lo"].append(loc[1])
         cols["ll"].append(loc[2])
         cols["ld"].append(loc[3])
+        cols["lm"].append(loc[5] if len(loc) > 5 else 0)
         cols["z"].append(r["z"])
         cols["f"].append(r["f"])
         cols["t"].append(r.get("t"))
@@ -414,11 +527,14 @@ def decode_index_snapshot(
         for i in range(n):
             url = head["u"][i]
             seg = segs[head["ls"][i]]
+            loc = [seg, head["lo"][i], head["ll"][i], head["ld"][i], seg.split("/", 1)[0]]
+            if head["lm"][i]:
+                loc.append(head["lm"][i])
             rec: dict[str, Any] = {
                 "u": url,
                 "k": kx[str(i)] if str(i) in kx else key_of(url),
                 "q": head["q"][i],
-                "l": [seg, head["lo"][i], head["ll"][i], head["ld"][i], seg.split("/", 1)[0]],
+                "l": loc,
                 "h": hashes[16 * i : 16 * i + 16].hex(),
                 "z": head["z"][i],
                 "f": head["f"][i],

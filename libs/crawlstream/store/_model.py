@@ -15,7 +15,8 @@ class Location:
     """Where one stored body lives; carried by the ContentStored event.
 
     ``segment`` is relative to ``<root>/segments`` (``"hot/0000000001.seg"``); ``offset`` and
-    ``length`` cover the whole record (header + zstd frame); ``dict_id`` 0 means no dictionary.
+    ``length`` cover the whole record (header + zstd frame); ``dict_id`` 0 means no dictionary;
+    ``member`` is the page's index inside a group record (cold/archive tiers), 0 otherwise.
     """
 
     segment: str
@@ -23,13 +24,16 @@ class Location:
     length: int
     dict_id: int
     tier: str
+    member: int = 0
 
     def to_list(self) -> list[Any]:
-        return [self.segment, self.offset, self.length, self.dict_id, self.tier]
+        out: list[Any] = [self.segment, self.offset, self.length, self.dict_id, self.tier]
+        return [*out, self.member] if self.member else out
 
     @classmethod
     def from_list(cls, data: list[Any]) -> Location:
-        return cls(str(data[0]), int(data[1]), int(data[2]), int(data[3]), str(data[4]))
+        member = int(data[5]) if len(data) > 5 else 0
+        return cls(str(data[0]), int(data[1]), int(data[2]), int(data[3]), str(data[4]), member)
 
 
 @dataclass

@@ -5,7 +5,7 @@ Owns everything under its root directory::
     segments/<tier>/<n>.seg    records (see _codec): independently decompressible frames
     segments/<tier>/<n>.seg.invalid   copies of quarantined (damaged) regions
     dicts/                     zstd dictionaries + dicts.log
-    FORMAT                     {"store_format": 2}: other layouts are refused, never misread
+    FORMAT                     {"store_format": 3}: other layouts are refused, never misread
     index-<gen>.snap           compacted live index (zstd-compressed columns), named by index.log
     index.log                  {"snap": gen} then CRC-framed put entries since that snapshot:
                                url -> location (both rebuildable from segments)
@@ -45,8 +45,11 @@ from crawlstream.errors import BadDataError, ChecksumMismatch, ConfigError
 from crawlstream.store._codec import (
     KIND_BODY,
     KIND_REF,
+    MAX_GROUP_MEMBERS,
     VERSION,
+    GroupHeader,
     RecordHeader,
+    ScanItem,
     TornRecord,
     UnsupportedFormat,
     content_hash,
@@ -54,11 +57,13 @@ from crawlstream.store._codec import (
     decode_log_records,
     decode_meta,
     decode_record_header,
+    encode_group,
     encode_index_snapshot,
     encode_log_record,
     encode_meta,
     encode_record,
     frame_checksum,
+    member_checksum,
     scan_records,
 )
 from crawlstream.store._dicts import GLOBAL_DOMAIN, DictionaryStore
@@ -74,6 +79,9 @@ __all__ = ["ContentStore", "RecompressReport", "StoreStats", "VerifyReport"]
 logger = logging.getLogger(__name__)
 
 _TIER_RANK = {name: i for i, name in enumerate(TIERS)}
+_GROUP_TIERS = ("cold", "archive")  # tiers written as group records (several pages per zstd frame)
+_MAX_MEMBER_BODY = 0xFFFFFFFF  # a group member's body size is a u32; larger bodies stay single records
+_GROUP_READ_SLICE = 16 * 1024  # compressed bytes fed per step when reading a group up to one member
 
 
 @dataclass
@@ -137,6 +145,7 @@ class ContentStore:
         dict_preload_bytes: int = 64 * 1024 * 1024,
         global_dict_min_samples: int = 32,
         large_body_bytes: int = 4 * 1024 * 1024,
+        group_bytes: int = 1024 * 1024,
         segment_bytes: int = 64 * 1024 * 1024,
         fsync: str = "batch",
         shards: int = 16,
@@ -157,6 +166,7 @@ class ContentStore:
         self.dict_preload_bytes = dict_preload_bytes
         self.global_dict_min_samples = global_dict_min_samples
         self.large_body_bytes = large_body_bytes
+        self.group_bytes = group_bytes
         self.segment_bytes = segment_bytes
         self.fsync = fsync
         self.tier_after_s = {"warm": warm_after_s, "cold": cold_after_s, "archive": archive_after_s}
@@ -168,6 +178,7 @@ class ContentStore:
         self._by_tag: dict[str, dict[str, Entry]] = defaultdict(dict)
         self._blobs: dict[bytes, Location] = {}
         self._quarantined: set[tuple[str, int]] = set()
+        self._bad_members: dict[tuple[str, int], set[int]] = defaultdict(set)
         self._seq = 0
         self._reads = ReadCache()
         self._active: AppendFile | None = None
@@ -192,6 +203,7 @@ class ContentStore:
             dict_preload_bytes=s.dict_preload_bytes,
             global_dict_min_samples=s.global_dict_min_samples,
             large_body_bytes=s.large_body_bytes,
+            group_bytes=s.group_bytes,
             segment_bytes=s.segment_bytes,
             fsync=s.fsync,
             warm_after_s=s.warm_after_s,
@@ -211,7 +223,10 @@ class ContentStore:
         puts, snapshot_ok = self._read_index()
         ops = self._read_log(self.root / "ops.log")
         for rec in self._read_log(self.root / "quarantine.log"):
-            self._quarantined.add((rec["seg"], rec["off"]))
+            if "m" in rec:
+                self._bad_members[(rec["seg"], rec["off"])].add(rec["m"])
+            else:
+                self._quarantined.add((rec["seg"], rec["off"]))
         self._index_log = AppendFile(self.root / "index.log", fsync_each=self.fsync == "always")
         self._ops_log = AppendFile(self.root / "ops.log", fsync_each=self.fsync == "always")
         self._quarantine_log = AppendFile(self.root / "quarantine.log", fsync_each=self.fsync != "never")
@@ -321,6 +336,86 @@ class ContentStore:
             rec["r"] = [e.record_segment, 0, 0]
         return rec
 
+    def _decode_item(self, name: str, item: ScanItem, data: bytes) -> tuple[list[tuple[RecordHeader, Location]], int]:
+        """The records of one scanned record (one, or a group's members), with their metadata.
+
+        Damaged parts are quarantined (a whole single record, or the group members failing
+        their checksums) and left out. Returns (records, damaged members or records).
+        """
+        header = item.header
+        assert header is not None
+        tier = name.split("/", 1)[0]
+        region = data[item.offset : item.offset + item.length]
+        frame = memoryview(data)[item.offset + header.header_size : item.offset + item.length]
+        if isinstance(header, RecordHeader):
+            try:
+                full = self._with_meta(header, frame)
+            except ChecksumMismatch as exc:
+                self._quarantine(name, item.offset, item.length, str(exc), region)
+                return [], 1
+            return [(full, Location(name, item.offset, item.length, header.dict_id, tier))], 0
+        content = self._group_content(header, frame, header.content_size, item.frame_ok)
+        out: list[tuple[RecordHeader, Location]] = []
+        damaged = 0
+        bad = self._bad_members.get((name, item.offset), set())
+        for i in range(len(header.members)):
+            if i in bad:
+                damaged += 1
+                continue
+            try:
+                rec = self._member_record(header, i, content)
+            except ChecksumMismatch as exc:
+                self._quarantine(name, item.offset, item.length, str(exc), region, member=i)
+                damaged += 1
+                continue
+            out.append((rec, Location(name, item.offset, item.length, header.dict_id, tier, i)))
+        return out, damaged
+
+    def _group_content(self, header: GroupHeader, frame: memoryview | bytes, upto: int, frame_ok: bool) -> bytes:
+        """The decompressed content of a group frame, from its start to at least ``upto``.
+
+        Decompresses in slices of the frame and stops once ``upto`` is reached, so reading an
+        early member does not pay for the later ones. A frame failing its checksum is
+        decompressed as far as zstd gets: the members it yields are trusted only if their
+        own checksums match.
+        """
+        dobj = self.dicts.decompressor(header.dict_id).decompressobj()
+        out: list[bytes] = []
+        have = pos = 0
+        try:
+            while have < upto and pos < len(frame):
+                piece = dobj.decompress(frame[pos : pos + _GROUP_READ_SLICE])
+                pos += _GROUP_READ_SLICE
+                out.append(piece)
+                have += len(piece)
+        except zstd.ZstdError as exc:
+            if frame_ok:
+                raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
+        content = b"".join(out)
+        if frame_ok and len(content) < upto:
+            raise ChecksumMismatch(f"group frame holds {len(content)} bytes, its members need {upto}")
+        return content
+
+    def _member_record(self, header: GroupHeader, index: int, content: bytes) -> RecordHeader:
+        """Member ``index`` of a group as a record header with its metadata (checked by its checksum)."""
+        member = header.members[index]
+        piece = content[member.start : member.end]
+        if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
+            raise ChecksumMismatch(f"group member {index} fails its checksum")
+        meta = decode_meta(piece[: member.meta_len])
+        try:
+            url_key = self._key_of(str(meta["u"]))
+            if member.kind == KIND_BODY:
+                chash, raw_size = content_hash(piece[member.meta_len :]), member.body_size
+            else:
+                chash, raw_size = bytes.fromhex(meta["h"]), int(meta["z"])
+            seq, fetched = int(meta["q"]), int(meta["f"])
+        except (KeyError, TypeError, ValueError, BadDataError) as exc:
+            raise ChecksumMismatch(f"group member {index} has incomplete metadata: {exc!r}") from exc
+        return RecordHeader(
+            member.kind, header.dict_id, url_key, seq, fetched, raw_size, 0, chash, 0, member.meta_len, meta=meta
+        )
+
     def _with_meta(self, header: RecordHeader, frame: bytes | memoryview) -> RecordHeader:
         """The header completed with the metadata decompressed from its frame (rebuild/recovery)."""
         try:
@@ -389,22 +484,12 @@ class ContentStore:
                         data[item.offset : item.offset + item.length],
                     )
                     continue
-                assert item.header is not None
-                try:
-                    header = self._with_meta(
-                        item.header, memoryview(data)[item.offset + item.header.header_size : item.offset + item.length]
-                    )
-                except ChecksumMismatch as exc:
-                    self._quarantine(
-                        name, item.offset, item.length, str(exc), data[item.offset : item.offset + item.length]
-                    )
-                    continue
-                rec_loc = Location(name, item.offset, item.length, header.dict_id, path.parent.name)
-                if header.kind == KIND_BODY:
-                    blobs[header.content_hash.hex()] = rec_loc
-                    recovered.append(self._put_record(header, rec_loc, None))
-                else:
-                    refs.append((header, rec_loc))
+                for header, rec_loc in self._decode_item(name, item, data)[0]:
+                    if header.kind == KIND_BODY:
+                        blobs[header.content_hash.hex()] = rec_loc
+                        recovered.append(self._put_record(header, rec_loc, None))
+                    else:
+                        refs.append((header, rec_loc))
             for header, rec_loc in refs:
                 body_loc = blobs.get(header.content_hash.hex())
                 if body_loc is None:
@@ -763,26 +848,32 @@ class ContentStore:
         return self.read_location(entry.location, expected_hash=entry.content_hash)
 
     def read_location(self, loc: Location, *, expected_hash: bytes | None = None) -> bytes:
-        """Read and verify one record: header crc, frame checksum, content hash, size."""
-        if (loc.segment, loc.offset) in self._quarantined:
+        """Read and verify one record: header crc, frame checksum, content hash, size.
+
+        For a group member also its own checksum; a member of a group whose frame is damaged
+        is still served when its checksum and content hash match.
+        """
+        if (loc.segment, loc.offset) in self._quarantined or loc.member in self._bad_members.get(
+            (loc.segment, loc.offset), ()
+        ):
             raise ChecksumMismatch(
-                f"record at {loc.segment}:{loc.offset} is quarantined as corrupt; run `crawlstream store verify`"
+                f"record at {loc.segment}:{loc.offset} (member {loc.member}) is quarantined as corrupt; "
+                "run `crawlstream store verify`"
             )
         buf = self._reads.pread(self._seg_path(loc.segment), loc.offset, loc.length)
+        member: int | None = None
         try:
             header = decode_record_header(buf)
-            if header.kind != KIND_BODY or header.record_size != loc.length:
-                raise ChecksumMismatch(f"expected a body record of {loc.length} bytes at {loc.segment}:{loc.offset}")
-            frame = memoryview(buf)[header.header_size :]
-            if frame_checksum(frame) != header.frame_checksum:
-                raise ChecksumMismatch(f"frame checksum mismatch at {loc.segment}:{loc.offset}")
-            content = self.dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.content_size)
-            if len(content) != header.content_size:
-                raise ChecksumMismatch(f"record at {loc.segment}:{loc.offset} decompresses to the wrong size")
-            body = content[header.meta_len :]
-            if content_hash(body) != header.content_hash:
-                raise ChecksumMismatch(f"content hash mismatch at {loc.segment}:{loc.offset}")
-            if expected_hash is not None and header.content_hash != expected_hash:
+            if header.record_size != loc.length:
+                raise ChecksumMismatch(f"expected a record of {loc.length} bytes at {loc.segment}:{loc.offset}")
+            if isinstance(header, GroupHeader):
+                member = loc.member
+                body = self._read_member(header, buf, loc)
+                chash = content_hash(body)
+            else:
+                body = self._read_single(header, buf, loc)
+                chash = header.content_hash
+            if expected_hash is not None and chash != expected_hash:
                 raise ChecksumMismatch(
                     f"record at {loc.segment}:{loc.offset} holds other content than the index expects"
                 )
@@ -790,12 +881,41 @@ class ContentStore:
             raise
         except (ChecksumMismatch, TornRecord, zstd.ZstdError) as exc:
             with self._lock:
-                self._quarantine(loc.segment, loc.offset, loc.length, str(exc), buf)
+                self._quarantine(loc.segment, loc.offset, loc.length, str(exc), buf, member=member)
             raise ChecksumMismatch(
                 f"{exc}; the record is quarantined and will not be served. Run `crawlstream store verify` "
                 "to scan the rest, and re-fetch the URL to store it again"
             ) from exc
         return body
+
+    def _read_single(self, header: RecordHeader, buf: bytes, loc: Location) -> bytes:
+        if header.kind != KIND_BODY:
+            raise ChecksumMismatch(f"expected a body record of {loc.length} bytes at {loc.segment}:{loc.offset}")
+        frame = memoryview(buf)[header.header_size :]
+        if frame_checksum(frame) != header.frame_checksum:
+            raise ChecksumMismatch(f"frame checksum mismatch at {loc.segment}:{loc.offset}")
+        content = self.dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.content_size)
+        if len(content) != header.content_size:
+            raise ChecksumMismatch(f"record at {loc.segment}:{loc.offset} decompresses to the wrong size")
+        body = content[header.meta_len :]
+        if content_hash(body) != header.content_hash:
+            raise ChecksumMismatch(f"content hash mismatch at {loc.segment}:{loc.offset}")
+        return body
+
+    def _read_member(self, header: GroupHeader, buf: bytes, loc: Location) -> bytes:
+        if loc.member >= len(header.members) or header.members[loc.member].kind != KIND_BODY:
+            raise ChecksumMismatch(f"group at {loc.segment}:{loc.offset} has no body member {loc.member}")
+        member = header.members[loc.member]
+        frame = memoryview(buf)[header.header_size :]
+        frame_ok = frame_checksum(frame) == header.frame_checksum
+        if not frame_ok:
+            logger.error(
+                "group frame at %s:%d fails its checksum; checking member %d alone", loc.segment, loc.offset, loc.member
+            )
+        piece = self._group_content(header, frame, member.end, frame_ok)[member.start : member.end]
+        if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
+            raise ChecksumMismatch(f"group member {loc.member} at {loc.segment}:{loc.offset} fails its checksum")
+        return piece[member.meta_len :]
 
     def search(
         self, domain: str | None = None, path_prefix: str | None = None, tag: str | None = None
@@ -820,20 +940,43 @@ class ContentStore:
 
     # ------------------------------------------------------------------ integrity
 
-    def _quarantine(self, segment: str, offset: int, length: int, detail: str, data: bytes) -> None:
+    def _quarantine(
+        self, segment: str, offset: int, length: int, detail: str, data: bytes, *, member: int | None = None
+    ) -> None:
+        """Never serve this region again (``member``: only that member of a group record).
+
+        The region's bytes are copied to ``<segment>.invalid`` once (for a group, with its
+        first damaged member) and the decision is logged in quarantine.log.
+        """
         if (segment, offset) in self._quarantined:
             return
-        self._quarantined.add((segment, offset))
+        bad = self._bad_members.get((segment, offset))
+        if member is not None and bad is not None and member in bad:
+            return
+        rec: dict[str, Any] = {"seg": segment, "off": offset, "len": length, "why": detail}
+        if member is None:
+            self._quarantined.add((segment, offset))
+        else:
+            self._bad_members[(segment, offset)].add(member)
+            rec["m"] = member
         invalid = self._seg_path(segment + ".invalid")
-        with open(invalid, "ab") as fh:
-            fh.write(data)
-        self._quarantine_log.append(encode_log_record({"seg": segment, "off": offset, "len": length, "why": detail}))
+        if not bad:
+            with open(invalid, "ab") as fh:
+                fh.write(data)
+        self._quarantine_log.append(encode_log_record(rec))
         logger.error(
-            "quarantined %d bytes of segment %s at offset %d: %s (copy in %s)", length, segment, offset, detail, invalid
+            "quarantined %d bytes of segment %s at offset %d%s: %s (copy in %s)",
+            length,
+            segment,
+            offset,
+            "" if member is None else f" (group member {member})",
+            detail,
+            invalid,
         )
 
     def quarantined(self) -> list[tuple[str, int]]:
-        return sorted(self._quarantined)
+        """Damaged regions (segment, offset): whole records, and groups with damaged members."""
+        return sorted(self._quarantined | {key for key, members in self._bad_members.items() if members})
 
     def verify(self) -> VerifyReport:
         """Scan every segment and decompress every body; quarantine and report damage."""
@@ -855,8 +998,11 @@ class ContentStore:
                                 data[item.offset : item.offset + item.length],
                             )
                         continue
-                    report.records += 1
                     assert item.header is not None
+                    if isinstance(item.header, GroupHeader):
+                        self._verify_group(name, item, data, report)
+                        continue
+                    report.records += 1
                     if item.header.kind == KIND_BODY:
                         loc = Location(name, item.offset, item.length, item.header.dict_id, path.parent.name)
                         if (name, item.offset) in self._quarantined:
@@ -870,6 +1016,23 @@ class ContentStore:
                         except ChecksumMismatch as exc:
                             report.problems.append(Problem(name, item.offset, item.length, "corrupt", str(exc)))
         return report
+
+    def _verify_group(self, name: str, item: ScanItem, data: bytes, report: VerifyReport) -> None:
+        """Check every member of a group (one decompression); damaged members are reported."""
+        assert isinstance(item.header, GroupHeader)
+        if (name, item.offset) in self._quarantined:
+            report.records += len(item.header.members)
+            report.problems.append(Problem(name, item.offset, item.length, "corrupt", "quarantined earlier"))
+            return
+        known_bad = set(self._bad_members.get((name, item.offset), set()))
+        records, damaged = self._decode_item(name, item, data)
+        report.records += len(item.header.members)
+        report.bodies_checked += sum(1 for header, _ in records if header.kind == KIND_BODY)
+        if damaged:
+            bad = sorted(self._bad_members.get((name, item.offset), set()))
+            earlier = f" ({sorted(known_bad)} quarantined earlier)" if known_bad else ""
+            detail = f"group members {bad} damaged{earlier}"
+            report.problems.append(Problem(name, item.offset, item.length, "corrupt", detail))
 
     def rebuild_index(self) -> int:
         """Rewrite the index (snapshot + fresh index.log) from the segments; returns the entries found.
@@ -888,22 +1051,12 @@ class ContentStore:
                 for item in scan_records(data):
                     if item.problem or item.header is None or (name, item.offset) in self._quarantined:
                         continue
-                    try:
-                        header = self._with_meta(
-                            item.header,
-                            memoryview(data)[item.offset + item.header.header_size : item.offset + item.length],
-                        )
-                    except ChecksumMismatch as exc:
-                        self._quarantine(
-                            name, item.offset, item.length, str(exc), data[item.offset : item.offset + item.length]
-                        )
-                        continue
-                    loc = Location(name, item.offset, item.length, header.dict_id, path.parent.name)
-                    records.append((header, loc))
-                    if header.kind == KIND_BODY:
-                        prev = bodies.get(header.content_hash.hex())
-                        if prev is None or _TIER_RANK[loc.tier] >= _TIER_RANK[prev.tier]:
-                            bodies[header.content_hash.hex()] = loc
+                    for header, loc in self._decode_item(name, item, data)[0]:
+                        records.append((header, loc))
+                        if header.kind == KIND_BODY:
+                            prev = bodies.get(header.content_hash.hex())
+                            if prev is None or _TIER_RANK[loc.tier] >= _TIER_RANK[prev.tier]:
+                                bodies[header.content_hash.hex()] = loc
             out: list[dict[str, Any]] = []
             for header, loc in records:
                 if header.kind == KIND_BODY:
@@ -1026,14 +1179,64 @@ class ContentStore:
                     writers.append(writer)
                 return writer
 
+            group: list[tuple[Entry, int, bytes, bytes]] = []  # (entry, kind, metadata line, body)
+            group_dict = group_raw = 0
+
+            def flush_group() -> None:
+                """Write the pending members as one group record (one zstd frame) and index them."""
+                nonlocal group_raw
+                if not group:
+                    return
+                frame = self.dicts.compressor(self.levels[tier], group_dict).compress(
+                    b"".join(meta_line + body for _, _, meta_line, body in group)
+                )
+                record = encode_group(
+                    dict_id=group_dict,
+                    members=[
+                        (kind, len(meta_line), len(body), member_checksum(meta_line + body))
+                        for _, kind, meta_line, body in group
+                    ],
+                    frame=frame,
+                )
+                w = out()
+                name = self._seg_name(w.path)
+                off = w.append(record)
+                for i, (entry, kind, _, _) in enumerate(group):
+                    here = Location(name, off, len(record), group_dict, tier, i)
+                    if kind == KIND_REF:
+                        pending.append(self._moved_record(entry, new_locs[entry.content_hash], here))
+                    else:
+                        new_locs[entry.content_hash] = here
+                        report.moved_bodies += 1
+                        pending.append(self._moved_record(entry, here, None))
+                group.clear()
+                group_raw = 0
+
             for entry in sorted(moving, key=lambda e: (e.domain, e.url)):
                 stored = bodies.get(entry.content_hash)
                 if stored is None:
                     continue
                 meta = {"u": entry.url, "t": entry.content_type, "n": entry.title, "s": entry.status}
+                is_ref = entry.content_hash in new_locs or any(entry.content_hash == g[0].content_hash for g in group)
+                body = b"" if is_ref else stored
+                if tier in _GROUP_TIERS and len(body) <= _MAX_MEMBER_BODY:
+                    dict_id = self.dicts.for_domain(entry.domain) if len(body) <= self.large_body_bytes else 0
+                    meta.update(q=entry.seq, f=entry.fetched_at_ms)
+                    if is_ref:
+                        meta.update(h=entry.content_hash.hex(), z=entry.raw_size)
+                    if group and (
+                        dict_id != group_dict
+                        or group_raw + len(body) > self.group_bytes
+                        or len(group) >= MAX_GROUP_MEMBERS
+                    ):
+                        flush_group()
+                    group.append((entry, KIND_REF if is_ref else KIND_BODY, encode_meta(meta), body))
+                    group_dict = dict_id
+                    group_raw += len(body)
+                    continue
+                flush_group()
                 w = out()
                 name = self._seg_name(w.path)
-                is_ref = entry.content_hash in new_locs
                 record, dict_id = self._make_record(
                     KIND_REF if is_ref else KIND_BODY,
                     url_key=entry.url_key,
@@ -1042,32 +1245,22 @@ class ContentStore:
                     raw_size=entry.raw_size,
                     chash=entry.content_hash,
                     meta=meta,
-                    body=b"" if is_ref else stored,
+                    body=body,
                     domain=entry.domain,
                     tier=tier,
                 )
                 off = w.append(record)
                 if is_ref:
-                    loc = new_locs[entry.content_hash]
-                    rec_loc: Location | None = Location(name, off, len(record), dict_id, tier)
+                    pending.append(
+                        self._moved_record(
+                            entry, new_locs[entry.content_hash], Location(name, off, len(record), dict_id, tier)
+                        )
+                    )
                 else:
-                    loc = Location(name, off, len(record), dict_id, tier)
-                    new_locs[entry.content_hash] = loc
+                    new_locs[entry.content_hash] = Location(name, off, len(record), dict_id, tier)
                     report.moved_bodies += 1
-                    rec_loc = None
-                header = RecordHeader(
-                    KIND_BODY,
-                    loc.dict_id,
-                    entry.url_key,
-                    entry.seq,
-                    entry.fetched_at_ms,
-                    entry.raw_size,
-                    0,
-                    entry.content_hash,
-                    0,
-                    meta=meta,
-                )
-                pending.append(self._put_record(header, loc, rec_loc))
+                    pending.append(self._moved_record(entry, new_locs[entry.content_hash], None))
+            flush_group()
             for w in writers:
                 if self.fsync != "never":
                     w.sync()
@@ -1103,6 +1296,23 @@ class ContentStore:
         )
         return report
 
+    def _moved_record(self, entry: Entry, loc: Location, rec_loc: Location | None) -> dict[str, Any]:
+        """The index put entry of ``entry`` at its new location (``rec_loc``: its own ref record)."""
+        meta = {"u": entry.url, "t": entry.content_type, "n": entry.title, "s": entry.status}
+        header = RecordHeader(
+            KIND_BODY,
+            loc.dict_id,
+            entry.url_key,
+            entry.seq,
+            entry.fetched_at_ms,
+            entry.raw_size,
+            0,
+            entry.content_hash,
+            0,
+            meta=meta,
+        )
+        return self._put_record(header, loc, rec_loc)
+
     def _collect_garbage(self) -> list[str]:
         """Delete segment files no live entry points into (never the active one)."""
         used: set[str] = set()
@@ -1110,7 +1320,7 @@ class ContentStore:
             used.add(entry.location.segment)
             if entry.record_segment:
                 used.add(entry.record_segment)
-        quarantined_segments = {seg for seg, _ in self._quarantined}
+        quarantined_segments = {seg for seg, _ in self.quarantined()}
         removed: list[str] = []
         for path in self._segment_files():
             name = self._seg_name(path)

@@ -1,0 +1,118 @@
+"""Group records (cold/archive tiers): several pages in one zstd frame, each still read alone."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from crawlstream.errors import ChecksumMismatch
+from crawlstream.store import ContentStore, GroupHeader, decode_record_header
+
+NO_DICTS = dict(dict_min_samples=10_000, global_dict_min_samples=10_000)
+
+
+def _noise(i: int, size: int = 30_000) -> bytes:
+    """Incompressible bodies: zstd stores them as raw blocks, so one flipped byte damages one member."""
+    return random.Random(i).randbytes(size)
+
+
+def _grouped_store(root: Path, n: int = 8) -> tuple[list[str], list[bytes]]:
+    urls = [f"https://example.com/p/{i}" for i in range(n)]
+    bodies = [_noise(i) for i in range(n)]
+    with ContentStore(root, **NO_DICTS) as store:  # type: ignore[arg-type]
+        for url, body in zip(urls, bodies, strict=True):
+            store.put(url, body, content_type="application/octet-stream", title=url[-1], fetched_at_ms=5)
+        store.recompress(older_than_s=0, tier="cold", now_ms=10)
+    return urls, bodies
+
+
+def test_recompressed_pages_share_one_group_frame_and_read_alone(tmp_path: Path) -> None:
+    urls, bodies = _grouped_store(tmp_path)
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        locs = [store.entry(u).location for u in urls]  # type: ignore[union-attr]
+        assert len({(loc.segment, loc.offset, loc.length) for loc in locs}) == 1
+        assert [loc.member for loc in locs] == list(range(len(urls)))  # sorted by URL inside the frame
+        seg = (tmp_path / "segments" / locs[0].segment).read_bytes()
+        header = decode_record_header(seg, locs[0].offset)
+        assert isinstance(header, GroupHeader) and len(header.members) == len(urls)
+        for url, body in zip(urls, bodies, strict=True):
+            assert store.get(url) == body
+            entry = store.entry(url)
+            assert entry is not None and (entry.title, entry.seq > 0, entry.fetched_at_ms) == (url[-1], True, 5)
+
+
+def test_group_bytes_caps_the_raw_size_of_a_frame(tmp_path: Path) -> None:
+    with ContentStore(tmp_path, group_bytes=70_000, **NO_DICTS) as store:  # type: ignore[arg-type]
+        for i in range(8):
+            store.put(f"https://example.com/p/{i}", _noise(i), fetched_at_ms=0)
+        store.recompress(older_than_s=0, now_ms=1)
+        locs = [e.location for e in store.search()]
+        frames = {(loc.segment, loc.offset) for loc in locs}
+        assert len(frames) == 4 and max(loc.member for loc in locs) == 1  # 2 x 30 KB per 70 KB frame
+
+
+def test_identical_bodies_in_a_group_are_stored_once_and_survive_rebuild(tmp_path: Path) -> None:
+    body = b"<html>" + b"same page " * 3000 + b"</html>"
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        for i in range(4):
+            store.put(f"https://example.com/{i}", body, fetched_at_ms=0)
+        store.put("https://example.com/other", body + b"x", fetched_at_ms=0)
+        store.recompress(older_than_s=0, now_ms=1)
+        assert store.stats().bodies == 2
+        assert store.rebuild_index() == 5
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        assert all(store.get(f"https://example.com/{i}") == body for i in range(4))
+        assert store.get("https://example.com/other") == body + b"x"
+        assert len({e.location for e in store.search()}) == 2
+        assert store.verify().ok
+
+
+def test_one_damaged_member_is_quarantined_and_the_rest_of_its_frame_stays_readable(tmp_path: Path) -> None:
+    urls, bodies = _grouped_store(tmp_path)
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        loc = store.entry(urls[5]).location  # type: ignore[union-attr]
+    seg = tmp_path / "segments" / loc.segment
+    data = bytearray(seg.read_bytes())
+    header = decode_record_header(data, loc.offset)
+    assert isinstance(header, GroupHeader)
+    victim = header.members[5]
+    # raw blocks: content byte k of the frame sits a few header bytes after frame offset k
+    flip = loc.offset + header.header_size + victim.start + victim.meta_len + 15_000
+    data[flip] ^= 0x55
+    seg.write_bytes(bytes(data))
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        with pytest.raises(ChecksumMismatch):
+            store.get(urls[5])
+        for i, url in enumerate(urls):
+            if i != 5:
+                assert store.get(url) == bodies[i], url  # frame checksum fails, member checksums hold
+        assert store.quarantined() == [(loc.segment, loc.offset)]
+        report = store.verify()
+        assert [(p.offset, p.kind) for p in report.problems] == [(loc.offset, "corrupt")]
+        assert "[5]" in report.problems[0].detail
+    invalid = seg.with_name(seg.name + ".invalid")
+    assert invalid.read_bytes() == bytes(data[loc.offset : loc.offset + loc.length])
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        with pytest.raises(ChecksumMismatch):  # the member quarantine survives a restart
+            store.get(urls[5])
+        assert store.rebuild_index() == len(urls) - 1  # the intact members are re-indexed
+        assert all(store.get(u) == b for i, (u, b) in enumerate(zip(urls, bodies, strict=True)) if i != 5)
+
+
+def test_damaged_group_header_quarantines_the_region_and_keeps_other_records(tmp_path: Path) -> None:
+    urls, _ = _grouped_store(tmp_path, n=3)
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        store.put("https://example.com/hot", b"still hot", fetched_at_ms=20)
+        loc = store.entry(urls[0]).location  # type: ignore[union-attr]
+    seg = tmp_path / "segments" / loc.segment
+    data = bytearray(seg.read_bytes())
+    data[loc.offset + 12] ^= 0x01  # inside the member table: the header crc fails
+    seg.write_bytes(bytes(data))
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        for url in urls:
+            with pytest.raises(ChecksumMismatch):
+                store.get(url)
+        assert store.get("https://example.com/hot") == b"still hot"
+        assert store.quarantined() == [(loc.segment, loc.offset)]
