@@ -266,3 +266,37 @@ def test_open_bus_chooses_the_embedded_log_in_the_data_dir_without_bootstrap_ser
     finally:
         bus.close()
     assert (tmp_path / "bus").is_dir()
+
+
+def test_a_commit_rejected_by_a_rebalance_is_retried_once_the_member_rejoined(cluster: MockKafkaCluster) -> None:
+    """A member joining moves the group to a new generation: a commit sent meanwhile with the old
+    one is rejected. That must not stop the member (it is healthy); what it still owns is
+    committed again by its next consume, and nothing it committed is lost."""
+    bus = KafkaBus(cluster.bootstrap_servers, linger_ms=5, extra_config={"session.timeout.ms": "6000"})
+    topic = "kafka.rebalance.commit"
+    for partition in range(AUTO_CREATED_PARTITIONS):
+        produce_values(bus, topic, [b"x"] * (partition + 1), partition=partition)
+    expected = {TopicPartition(topic, p): p + 1 for p in range(AUTO_CREATED_PARTITIONS)}
+    first, second = bus.consumer("rebalance"), bus.consumer("rebalance")
+    try:
+        first.subscribe([topic])
+        assert len(read_until(first, sum(expected.values()))) == sum(expected.values())
+        second.subscribe([topic])
+        second.poll(0.5)  # joins: the coordinator starts a rebalance, which first learns by heartbeat
+        time.sleep(1.5)
+        first.commit()  # with the generation first had; may be rejected, must not raise
+        deadline = time.monotonic() + WAIT_S
+        while not (first.assignment() and second.assignment()) and time.monotonic() < deadline:
+            first.consume(10, 0.1)
+            second.consume(10, 0.1)
+        for _ in range(10):  # as a service loop goes on polling
+            first.consume(10, 0.1)
+            second.consume(10, 0.1)
+        owned = set(first.assignment())
+        assert owned, "cooperative-sticky leaves first some of its partitions"
+        committed = first.committed(expected)
+        assert {tp: committed[tp] for tp in owned} == {tp: expected[tp] for tp in owned}
+    finally:
+        first.close()
+        second.close()
+        bus.close()

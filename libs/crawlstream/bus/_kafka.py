@@ -40,6 +40,10 @@ _OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
 _OFFSET_END = confluent_kafka.OFFSET_END
 
 _COOPERATIVE = "cooperative-sticky"
+# Commit errors that mean the group has moved on to a new generation (a rebalance).
+_REBALANCE_ERRORS = frozenset(
+    {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS}
+)
 _RANGE = "range"
 _METADATA_TIMEOUT_S = 10.0
 _QUEUE_FULL_TIMEOUT_S = 60.0
@@ -247,6 +251,8 @@ class KafkaConsumer(Consumer):
         self._positions: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._assigning: set[TopicPartition] | None = None
+        self._revoking: set[TopicPartition] | None = None
+        self._commit_later: dict[TopicPartition, int] = {}
         self._pending_seeks: dict[TopicPartition, int] = {}
         self._skip_before_ms: dict[TopicPartition, int] = {}
         self._mock_cluster: bool | None = None
@@ -330,11 +336,13 @@ class KafkaConsumer(Consumer):
     def _handle_revoke(self, _consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
         revoked = [_tp(tp) for tp in partitions]
         logger.info("revoked %s (group %s)", revoked, self._config.get("group.id"))
+        self._revoking = set(revoked)
         try:
             # Still owned while the callback runs: the caller flushes and commits here.
             if self._on_revoke is not None and not self._closed:
                 self._on_revoke(revoked)
         finally:
+            self._revoking = None
             self._forget(revoked)
 
     def _handle_lost(self, _consumer: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
@@ -356,6 +364,7 @@ class KafkaConsumer(Consumer):
             self._committed.pop(tp, None)
             self._pending_seeks.pop(tp, None)
             self._skip_before_ms.pop(tp, None)
+            self._commit_later.pop(tp, None)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -385,6 +394,7 @@ class KafkaConsumer(Consumer):
                 msg = self._consumer.poll(max(0.0, deadline - time.monotonic()))
             except KafkaException as exc:
                 raise BusUnavailable(f"poll failed: {exc}") from exc
+            self._retry_rejected_commit()
             if msg is None:
                 return None
             message = self._accept(msg)
@@ -396,6 +406,7 @@ class KafkaConsumer(Consumer):
             raw = self._consumer.consume(num_messages=max_messages, timeout=timeout_s)
         except KafkaException as exc:
             raise BusUnavailable(f"consume failed: {exc}") from exc
+        self._retry_rejected_commit()
         out = []
         for msg in raw:
             message = self._accept(msg)
@@ -420,11 +431,41 @@ class KafkaConsumer(Consumer):
         try:
             result = self._consumer.commit(offsets=request, asynchronous=False)
         except KafkaException as exc:
+            if self._rejected_by_rebalance(offsets, exc.args[0] if exc.args else None):
+                return
             raise BusUnavailable(f"commit of {dict(offsets)} failed: {exc}") from exc
         failed = [tp for tp in result or [] if tp.error is not None]
-        if failed:
+        if failed and not all(self._rejected_by_rebalance(offsets, tp.error) for tp in failed):
             raise BusUnavailable(f"commit failed for {[(_tp(tp), tp.error) for tp in failed]}")
         self._committed.update(offsets)
+        for tp in offsets:
+            self._commit_later.pop(tp, None)
+
+    def _rejected_by_rebalance(self, offsets: Mapping[TopicPartition, int], err: Any) -> bool:
+        """Whether the group rejected this commit because it moved on to a new generation (a
+        member joined or its session expired) while the commit was on its way. That is no
+        failure of the bus: raising would stop a healthy member in every such rebalance.
+        Partitions being revoked are left to their next owner, which replays from the last
+        committed offset (at-least-once); the others are committed again by the next
+        ``poll``/``consume``, once this member has rejoined with its new generation.
+        """
+        if not isinstance(err, KafkaError) or err.code() not in _REBALANCE_ERRORS:
+            return False
+        later = {tp: pos for tp, pos in offsets.items() if tp not in (self._revoking or ())}
+        for tp, pos in later.items():
+            self._commit_later[tp] = max(pos, self._commit_later.get(tp, pos))
+        self._warn(err, f"commit of {dict(offsets)} (rejected by a rebalance; retried after it, if still owned)")
+        return True
+
+    def _retry_rejected_commit(self) -> None:
+        """Commit again what a rebalance rejected, for the partitions still owned."""
+        if not self._commit_later:
+            return
+        owned = set(self.assignment())
+        retry = {tp: pos for tp, pos in self._commit_later.items() if tp in owned}
+        self._commit_later.clear()
+        if retry:
+            self.commit(retry)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
@@ -449,6 +490,7 @@ class KafkaConsumer(Consumer):
         for tp, offset in offsets.items():
             # A seek discards what was read past it: commit(None) must not commit that.
             self._positions.pop(tp, None)
+            self._commit_later.pop(tp, None)
             self._skip_before_ms.pop(tp, None)
             if self._assigning is not None and tp in self._assigning:
                 self._pending_seeks[tp] = offset
