@@ -1,0 +1,63 @@
+"""`crawlstream seed`: seed URLs onto urls.discovered of the configured bus (here the embedded log;
+on Kafka, tests/e2e/test_kafka_crawl.py starts its crawls with it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crawlstream.bus import EmbeddedBus
+from crawlstream.cli import main
+from crawlstream.events import DiscoveredUrl, EventCodec
+from crawlstream.settings import load
+from crawlstream.topics import URLS_DISCOVERED
+from crawlstream.urls import partition_for
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CRAWLSTREAM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CRAWLSTREAM_BUS_FSYNC", "never")
+    return tmp_path / "data"
+
+
+def read_discovered(data_dir: Path) -> list[tuple[int, DiscoveredUrl]]:
+    codec = EventCodec.from_settings(load({"CRAWLSTREAM_DATA_DIR": str(data_dir)}))
+    with EmbeddedBus(data_dir / "bus") as bus:
+        consumer = bus.consumer("test-reader")
+        consumer.subscribe([URLS_DISCOVERED])
+        out = []
+        while batch := consumer.consume(1000, 0.5):
+            out.extend((m.partition, codec.decode(m.value, DiscoveredUrl)) for m in batch)
+        consumer.close()
+    return out
+
+
+def test_seed_sends_each_seed_url_once_as_a_depth_0_seed_in_its_domains_partition(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("# a seed list\nhttp://Example.com/a\n\nhttp://www.example.org/\n")
+    assert main(["seed", "--seeds", str(seeds), "http://example.com/a"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"seeded": 2}
+    sent = read_discovered(data_dir)
+    assert sorted(e.url for _, e in sent) == ["http://example.com/a", "http://www.example.org/"]
+    assert {(e.depth, e.source) for _, e in sent} == {(0, "seed")}
+    with EmbeddedBus(data_dir / "bus") as bus:
+        partitions = bus.partition_count(URLS_DISCOVERED)
+    assert all(p == partition_for(e.domain, partitions) for p, e in sent)
+
+
+def test_seed_without_a_valid_url_is_a_usage_error(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    only_comments = tmp_path / "empty.txt"
+    only_comments.write_text("# nothing here\n")
+    assert main(["seed", "--seeds", str(only_comments)]) == 2
+    assert "named no valid URL" in capsys.readouterr().err
+    assert main(["seed", "--seeds", str(tmp_path / "missing.txt")]) == 2
+    assert "neither a URL" in capsys.readouterr().err
