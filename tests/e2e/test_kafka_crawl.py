@@ -133,10 +133,14 @@ class ServiceProcess:
     def tail(self, chars: int = 3000) -> str:
         return f"--- {self.name} (pid {self.process.pid}) ---\n" + self.log.read_text(errors="replace")[-chars:]
 
-    def stop(self) -> None:
-        """SIGTERM (finish the batch, commit, leave the group), SIGKILL if that hangs; by PID."""
+    def terminate(self) -> None:
+        """SIGTERM: finish the batch, commit, leave the group (by PID)."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
+
+    def stop(self) -> None:
+        """``terminate`` and wait for the exit; SIGKILL if that hangs."""
+        self.terminate()
         try:
             self.returncode = self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -267,6 +271,8 @@ def crawled(
                 probe.close()
             logger.info("%s: drained %.1f s after seeding", root.name, time.monotonic() - started)
             for process in processes:
+                process.terminate()  # all at once: they leave their groups in parallel
+            for process in processes:
                 process.stop()
             yield KafkaCrawl(web, deployment, processes, web.requests(), ownership, settings)
         finally:
@@ -339,6 +345,13 @@ def test_every_service_process_stops_cleanly_on_sigterm(crawl: KafkaCrawl) -> No
     assert {(p.name, p.returncode) for p in crawl.processes} == {(p.name, 0) for p in crawl.processes}, "\n".join(
         p.tail() for p in crawl.processes if p.returncode != 0
     )
+
+
+def test_every_event_decodes_in_the_process_that_consumes_it(crawl: KafkaCrawl) -> None:
+    """The wire format (Confluent framing, schema ids) holds across processes: no dead letters."""
+    for process in crawl.processes:
+        log = process.log.read_text(errors="replace")
+        assert "dead-lettering" not in log and "Traceback" not in log, process.tail()
 
 
 def test_the_bucket_compressor_stores_every_page_served_ok_once(crawl: KafkaCrawl) -> None:
