@@ -146,10 +146,17 @@ class FetchSettings:
 class StoreSettings:
     """The content store (bucket compressor)."""
 
-    dict_min_samples: int = setting(8, "bodies of a domain seen before its zstd dictionary is trained", check=positive)
+    dict_min_samples: int = setting(
+        64,
+        "bodies of a domain seen before its own zstd dictionary is trained (smaller domains share the global "
+        "one: with pages grouped per frame, a small domain's own dictionary costs more than it saves)",
+        check=positive,
+    )
     zstd_level: int = setting(3, "zstd level for the hot tier", check=positive)
     warm_level: int = setting(9, "zstd level when records move to the warm tier", check=positive)
-    cold_level: int = setting(19, "zstd level when records move to the cold tier (with dictionaries)", check=positive)
+    cold_level: int = setting(
+        22, "zstd level when records move to the cold tier (with dictionaries, pages grouped per frame)", check=positive
+    )
     archive_level: int = setting(22, "zstd level when records move to the archive tier", check=positive)
     dict_size_bytes: int = setting(
         1024 * 1024,
@@ -158,7 +165,7 @@ class StoreSettings:
         check=positive,
     )
     global_dict_size_bytes: int = setting(
-        4 * 1024 * 1024, "upper bound of the global dictionary used by domains without their own", check=positive
+        8 * 1024 * 1024, "upper bound of the global dictionary used by domains without their own", check=positive
     )
     dict_sample_divisor: int = setting(
         8, "a trained dictionary is sized sample bytes / this (then bounded by the size settings)", check=positive
