@@ -144,10 +144,12 @@ class EmbeddedBus(Bus):
         self.default_partitions = default_partitions
         self.fsync = fsync
         self.segment_bytes = segment_bytes
-        self._cond = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # group state changes; see _wake_all
         self._topics: dict[str, _Topic] = {}
         self._groups: dict[str, _Group] = {}
-        self._data_version = 0
+        self._data_versions: dict[str, int] = {}  # topic -> flushes so far
+        self._waiters: dict[_EmbeddedConsumer, frozenset[str]] = {}  # consumer -> its topics
         self._next_member = 0
         self._closed = False
         self._lock_fd = self._acquire_process_lock()
@@ -245,7 +247,7 @@ class EmbeddedBus(Bus):
             for group in self._groups.values():
                 if any(name in topics for topics in group.subscriptions.values()):
                     self._rebalance(group)
-            self._cond.notify_all()
+            self._wake_all()
             return topic
 
     def _topic(self, name: str, *, create: bool) -> _Topic:
@@ -341,12 +343,24 @@ class EmbeddedBus(Bus):
             "group %s rebalancing (generation %d, %d members)",
             group.name, group.generation, len(group.subscriptions),
         )
-        self._cond.notify_all()
+        self._wake_all()
 
-    def _published(self) -> None:
-        with self._cond:
-            self._data_version += 1
-            self._cond.notify_all()
+    def _wake_all(self) -> None:
+        """Wake every waiting consumer (group state changed). Caller holds the lock."""
+        self._cond.notify_all()
+        for consumer in self._waiters:
+            consumer._wake.notify()
+
+    def _published(self, topics: Iterable[str]) -> None:
+        """New data in ``topics``: wake only the consumers subscribed to one of them (a wake-up
+        costs a consumer its poll, and every service of a process shares one interpreter)."""
+        flushed = set(topics)
+        with self._lock:
+            for name in flushed:
+                self._data_versions[name] = self._data_versions.get(name, 0) + 1
+            for consumer, subscribed in self._waiters.items():
+                if not flushed.isdisjoint(subscribed):
+                    consumer._wake.notify()
 
     def _sync_dirty(self) -> None:
         """fsync every segment written since its last fsync (the 'batch' policy's barrier)."""
@@ -373,7 +387,7 @@ class EmbeddedBus(Bus):
             if self._closed:
                 return
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
         for topic in self._topics.values():
             for log in topic.logs:
                 log.close()
@@ -432,7 +446,7 @@ class _EmbeddedProducer(Producer):
                 bus._topics[topic].logs[partition].append(records)
         except StorageUnavailable as exc:
             raise BusUnavailable(f"flush to the embedded log failed: {exc}") from exc
-        bus._published()
+        bus._published(topic for topic, _ in pending)
 
     def partition_count(self, topic: str) -> int:
         count = self._counts.get(topic)
@@ -465,6 +479,7 @@ class _EmbeddedConsumer(Consumer):
         self._rr = 0
         self._deferred: ChecksumMismatch | None = None
         self._closed = False
+        self._wake = threading.Condition(bus._lock)  # notified by the bus (see _published)
 
     def subscribe(
         self,
@@ -480,6 +495,7 @@ class _EmbeddedConsumer(Consumer):
         self._topics = tuple(topics)
         with self._bus._cond:
             self._bus._check_open()
+            self._bus._waiters[self] = frozenset(self._topics)
             self._group.subscriptions[self._member] = self._topics
             self._bus._rebalance(self._group)
 
@@ -493,7 +509,7 @@ class _EmbeddedConsumer(Consumer):
             for tp in revoked:
                 if self._group.holders.get(tp) == self._member:
                     del self._group.holders[tp]
-            self._bus._cond.notify_all()
+            self._bus._wake_all()
         if revoked:
             logger.info(
                 "group %s member %d revoked %d partitions", self._group.name, self._member, len(revoked)
@@ -550,7 +566,7 @@ class _EmbeddedConsumer(Consumer):
         while True:
             bus._check_open()
             self._sync_group()
-            version = bus._data_version
+            versions = [bus._data_versions.get(t, 0) for t in self._topics]
             out = self._take(max_messages)
             if out:
                 return out
@@ -559,12 +575,12 @@ class _EmbeddedConsumer(Consumer):
                 return out
             with bus._cond:
                 if (
-                    bus._data_version == version
+                    [bus._data_versions.get(t, 0) for t in self._topics] == versions
                     and self._generation == self._group.generation
                     and not bus._closed
                     and not (self._pending and any(tp not in self._group.holders for tp in self._pending))
                 ):
-                    bus._cond.wait(remaining)
+                    self._wake.wait(remaining)
 
     def _take(self, max_messages: int) -> list[Message]:
         """Up to ``max_messages`` from owned partitions, round-robin, from buffers then the log."""
@@ -690,7 +706,8 @@ class _EmbeddedConsumer(Consumer):
                     del group.holders[tp]
             if group.subscriptions.pop(self._member, None) is not None and not bus._closed:
                 bus._rebalance(group)
-            bus._cond.notify_all()
+            bus._waiters.pop(self, None)
+            bus._wake_all()
         self._owned = []
         self._positions.clear()
         self._cursors.clear()

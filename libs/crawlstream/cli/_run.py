@@ -141,12 +141,7 @@ def run_crawl(
     partitions = host.bus.partition_count(URLS_FRONTIER)
 
     def scheduler_pending() -> tuple[int, int]:
-        waiting = in_flight = 0
-        for p in range(partitions):
-            w, f = reader.pending(p)
-            waiting += w
-            in_flight += f
-        return waiting, in_flight
+        return reader.pending_all(range(partitions))
 
     runner = CrawlRunner(
         specs,

@@ -192,7 +192,7 @@ class _Script:
     __slots__ = ("source",)
 
     def __init__(self, source: str) -> None:
-        self.source = source
+        self.source = source.encode()  # bytes go out as they are; a str is encoded per call
 
     def __call__(self, *, keys: Sequence[Any], args: Sequence[Any], client: Any) -> Any:
         return client.eval(self.source, len(keys), *keys, *args)
@@ -663,6 +663,15 @@ class Scheduler:
         pipe.hlen(_Keys(partition).inflight)
         ready, in_flight = pipe.execute()
         return int(ready), int(in_flight)
+
+    def pending_all(self, partitions: Sequence[int]) -> tuple[int, int]:
+        """``pending`` summed over ``partitions`` in one round trip (the run's drain check)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for partition in partitions:
+            pipe.zcard(_Keys(partition).ready)
+            pipe.hlen(_Keys(partition).inflight)
+        counts = pipe.execute()
+        return sum(int(n) for n in counts[0::2]), sum(int(n) for n in counts[1::2])
 
     def next_due_ms(self, partition: int) -> int | None:
         """When the earliest ready domain becomes due (for the service's sleep), or None."""
