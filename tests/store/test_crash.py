@@ -1,4 +1,4 @@
-"""kill -9 during append and during recompression never loses an acknowledged record."""
+"""kill -9 during append and during recompression (into group records) never loses an acknowledged record."""
 
 from __future__ import annotations
 
@@ -65,3 +65,7 @@ def test_kill_during_recompression_loses_no_acknowledged_record(tmp_path: Path, 
     with ContentStore(tmp_path / "store") as store:  # a second reopen finds a clean store
         assert store.recovered_records == 0
         assert store.verify().ok
+        store.recompress(older_than_s=0, tier="archive", now_ms=10**12)  # and goes on grouping pages
+        locations = [entry.location for entry in store.search()]
+        assert {loc.tier for loc in locations} == {"archive"} and max(loc.member for loc in locations) > 0
+        assert all(store.get(entry.url) == body_for(entry.url) for entry in store.search())

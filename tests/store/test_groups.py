@@ -116,3 +116,25 @@ def test_damaged_group_header_quarantines_the_region_and_keeps_other_records(tmp
                 store.get(url)
         assert store.get("https://example.com/hot") == b"still hot"
         assert store.quarantined() == [(loc.segment, loc.offset)]
+
+
+def test_torn_group_at_a_segment_tail_is_truncated_and_a_complete_unindexed_one_is_reindexed(
+    tmp_path: Path,
+) -> None:
+    """The two states a kill -9 during recompression into groups can leave (step 2 of recompress)."""
+    urls, bodies = _grouped_store(tmp_path, n=4)
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        loc = store.entry(urls[0]).location  # type: ignore[union-attr]
+    seg = tmp_path / "segments" / loc.segment
+    data = seg.read_bytes()
+    record = data[loc.offset : loc.offset + loc.length]
+    seg.write_bytes(data + record[: len(record) // 2])  # cut short mid-frame
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        assert seg.stat().st_size == len(data) and store.recovered_records == 0
+        assert all(store.get(u) == b for u, b in zip(urls, bodies, strict=True))
+    seg.write_bytes(data + record)  # complete, but its index entries were never written
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        assert store.recovered_records == len(urls)
+        assert {store.entry(u).location.offset for u in urls} == {len(data)}  # type: ignore[union-attr]
+        assert all(store.get(u) == b for u, b in zip(urls, bodies, strict=True))
+        assert store.verify().ok
