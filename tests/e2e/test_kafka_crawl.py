@@ -145,7 +145,7 @@ class ServiceProcess:
             self.returncode = self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+            self.returncode = self.process.wait(timeout=10)
 
 
 @dataclass
@@ -162,9 +162,10 @@ class KafkaCrawl:
         return [r for r in self.log if r.path not in _ROBOTS]
 
 
-def wait_for(condition: object, what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
+    """Poll ``condition``; fail with the processes' logs on timeout or if one of them exits."""
     deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
+    while not condition():
         dead = [p for p in processes if p.process.poll() is not None]
         if dead:
             logs = "\n".join(p.tail() for p in dead)
@@ -283,7 +284,7 @@ def crawled(
 
 @pytest.fixture(
     scope="module",
-    # The scaled deployment takes 35-55 s more on 2 cores: opt-in (make test-slow).
+    # The scaled deployment takes ~60 s (8 processes on 2 cores): opt-in (make test-slow).
     params=["one-process-per-service", pytest.param("scaled-groups", marks=pytest.mark.slow)],
 )
 def crawl(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCrawl]:
