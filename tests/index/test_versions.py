@@ -73,10 +73,10 @@ def test_forced_url_key_collision_is_answered_by_url(tmp_path: Path, monkeypatch
 
     a, b = canonicalize("http://www.collide.com/a"), canonicalize("http://www.collide.com/b")
     key = url_key(a)
-    real = crawlstream.lake._schema.derive_url_key
+    real = crawlstream.lake._schema.derive_url_keys
     # Force the collision where readers derive keys, as 56 bits will at scale.
-    monkeypatch.setattr(crawlstream.lake._schema, "derive_url_key",
-                        lambda d, u: key if d == "collide.com" else real(d, u))
+    monkeypatch.setattr(crawlstream.lake._schema, "derive_url_keys",
+                        lambda d, urls: [key] * len(urls) if d == "collide.com" else real(d, urls))
     table, _ = build_table([a.url, b.url], [a.domain, b.domain], [1, 2], [None, None])
     write_lake_file(table, partition_dir(tmp_path, 7, domain_prefix(a.domain)), row_group_rows=8, zstd_level=3)
     only_b, _ = build_table([b.url], [b.domain], [3], [None])

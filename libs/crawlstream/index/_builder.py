@@ -403,9 +403,13 @@ class IndexBuilder:
         run_block = hh_of[runs.file_id] % self.shards if len(runs) else np.zeros(0, np.int64)
         multi_block = run_block[runs.multi_first] if len(runs.multi_first) else np.zeros(0, np.int64)
         blocks = []
+        by_block = np.argsort(run_block, kind="stable")  # keeps (domain, dataset, file) order
+        run_bounds = np.searchsorted(run_block[by_block], np.arange(self.shards + 1))
+        multi_by_block = np.argsort(multi_block, kind="stable")
+        multi_bounds = np.searchsorted(multi_block[multi_by_block], np.arange(self.shards + 1))
         for b in range(self.shards):
-            sel = np.flatnonzero(run_block == b)
-            msel = np.flatnonzero(multi_block == b)
+            sel = by_block[run_bounds[b] : run_bounds[b + 1]]
+            msel = multi_by_block[multi_bounds[b] : multi_bounds[b + 1]]
             local_first = np.searchsorted(sel, runs.multi_first[msel])
             blocks.append(encode_block(Runs(runs.domain_id[sel], runs.dataset_id[sel], runs.file_id[sel],
                                             runs.rows[sel], local_first, runs.multi_count[msel]),

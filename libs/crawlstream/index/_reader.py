@@ -130,24 +130,29 @@ class _Domains:
         return self.blob[self.offsets[i] : self.offsets[i + 1] - 1]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Block:
     """A decoded postings block: runs sorted by (domain_id, dataset_id, file_id), as compact
-    numpy columns (a request converts only its domain's slice to Python ints)."""
+    numpy columns (a request converts only its domain's slice to Python ints). Row offsets
+    are derived on first use by a page: ``/v1/domain`` never needs them."""
 
     domain_id: Any
     dataset_id: Any
     file_id: Any
     rows: Any
-    row_start: Any
     multi: dict[int, int]  # first run of a fragmented pair -> its exact count
+    _row_start: Any = None
+
+    def row_start(self) -> Any:
+        if self._row_start is None:  # two threads may compute it once each: harmless
+            self._row_start = run_row_starts(self.domain_id, self.file_id, self.rows)
+        return self._row_start
 
 
 def _decode_block(data: bytes) -> _Block:
     runs = decode_block(data)
-    starts = run_row_starts(runs.domain_id, runs.file_id, runs.rows)
     return _Block(runs.domain_id.astype(np.int32), runs.dataset_id.astype(np.int32), runs.file_id.astype(np.int32),
-                  runs.rows.astype(np.int32), starts,
+                  runs.rows.astype(np.int32),
                   dict(zip(runs.multi_first.tolist(), runs.multi_count.tolist(), strict=True)))
 
 
@@ -218,15 +223,18 @@ class _Version:
             blk = self._blocks[b] = _decode_block(postings_block(self.postings, b))
         return blk
 
-    def pairs(self, domain: str, domain_id: int) -> dict[int, tuple[int, list[tuple[int, int, int]]]]:
-        """dataset_id -> (exact URL count, runs as (file_id, row_start, rows)) of one domain."""
+    def pairs(
+        self, domain: str, domain_id: int, *, locations: bool = True
+    ) -> dict[int, tuple[int, list[tuple[int, int, int]]]]:
+        """dataset_id -> (exact URL count, runs as (file_id, row_start, rows)) of one domain;
+        without ``locations`` the run lists are empty (counts only)."""
         blk = self._block(domain)
         lo = int(np.searchsorted(blk.domain_id, domain_id, "left"))
         hi = int(np.searchsorted(blk.domain_id, domain_id, "right"))
         out: dict[int, tuple[int, list[tuple[int, int, int]]]] = {}
         datasets = blk.dataset_id[lo:hi].tolist()
         file_ids = blk.file_id[lo:hi].tolist()
-        row_starts = blk.row_start[lo:hi].tolist()
+        row_starts = blk.row_start()[lo:hi].tolist() if locations else []
         rows = blk.rows[lo:hi].tolist()
         i, n = 0, hi - lo
         while i < n:
@@ -234,7 +242,7 @@ class _Version:
             j = i + 1
             while j < n and datasets[j] == ds:
                 j += 1
-            runs = [(file_ids[k], row_starts[k], rows[k]) for k in range(i, j)]
+            runs = [(file_ids[k], row_starts[k], rows[k]) for k in range(i, j)] if locations else []
             out[ds] = (blk.multi[lo + i] if j - i > 1 else rows[i], runs)
             i = j
         return out
@@ -381,7 +389,7 @@ class PinnedIndex:
         if did is None:
             return None
         members = self._v.datasets_bitmap(did)
-        pairs = self._v.pairs(domain, did)
+        pairs = self._v.pairs(domain, did, locations=False)
         return [DatasetCount(ds, pairs[ds][0] if ds in pairs else 0) for ds in members]
 
     def _key(self, domain: str, dataset_id: int) -> tuple[int, int, bool, list[Segment], list[int]] | None:

@@ -98,9 +98,7 @@ def segment_rows(
     ports = t.column("port").to_pylist()
     paths = t.column("path_query").to_pylist()
     ts = t.column("ts").cast(pa.int64()).to_pylist()
-    key = _schema.derive_url_key  # looked up per call: tests force collisions through it
-    out = []
-    for s, h, p, q, m in zip(schemes, prefixes, ports, paths, ts, strict=True):
-        url = _schema.join_url(s, h + domain, p, q)
-        out.append((key(domain, url), url, m))
-    return out
+    join = _schema.join_url
+    urls = [join(s, h + domain, p, q) for s, h, p, q in zip(schemes, prefixes, ports, paths, strict=True)]
+    keys = _schema.derive_url_keys(domain, urls)  # looked up per call: tests force collisions through it
+    return list(zip(keys, urls, ts, strict=True))

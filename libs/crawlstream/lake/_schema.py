@@ -29,6 +29,7 @@ __all__ = [
     "LAKE_SCHEMA",
     "SORT_KEYS_DOC",
     "derive_url_key",
+    "derive_url_keys",
     "host_prefix",
     "join_url",
     "register_duckdb",
@@ -90,6 +91,12 @@ def host_prefix(host: str, domain: str) -> str:
 def derive_url_key(domain: str, url: str) -> int:
     """The url_key of a canonical ``url`` whose registered domain is ``domain`` (no re-parse)."""
     return compose_key(domain_checksum(domain), fnv1a_64(url.encode("utf-8")))
+
+
+def derive_url_keys(domain: str, urls: list[str]) -> list[int]:
+    """:func:`derive_url_key` of many URLs of one domain (a page): the checksum is taken once."""
+    checksum = domain_checksum(domain)
+    return [compose_key(checksum, fnv1a_64(u.encode("utf-8"))) for u in urls]
 
 
 def register_duckdb(con: Any) -> None:
