@@ -7,8 +7,9 @@ stream (no random access: the ratio ceiling), (d) crawlstream.store (hot puts, t
 recompression into the cold tier with trained dictionaries). Ratio = raw bytes / every byte
 stored (dictionaries and index included). Reads: p50/p99 of single-record reads, warm
 (same process, files cached) and cold (a fresh process, page cache dropped with
-POSIX_FADV_DONTNEED on every file before each read). Memory: peak RSS growth of a forked
-child during the write phase.
+POSIX_FADV_DONTNEED on every file before each read); warm reads also in CPU time of the
+reading thread (``read_warm_cpu``), which a loaded machine inflates far less than wall time.
+Memory: peak RSS growth of a forked child during the write phase.
 """
 
 from __future__ import annotations
@@ -253,12 +254,14 @@ def _measure(
     if read is not None:
         for url in sample[:20]:
             assert read(url) == bodies[url], f"{name}: {url} did not round-trip"
-        warm = []
+        warm, warm_cpu = [], []
         for url in sample:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             read(url)
             warm.append(time.perf_counter() - t)
+            warm_cpu.append(time.thread_time() - c)
         out["read_warm"] = _lat(warm)
+        out["read_warm_cpu"] = _lat(warm_cpu)
         cold = []
         for url in sample[: max(20, len(sample) // 5)]:
             _drop_cache(built["files"])

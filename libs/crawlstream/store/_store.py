@@ -375,30 +375,36 @@ class ContentStore:
             out.append((rec, Location(name, item.offset, item.length, header.dict_id, tier, i)))
         return out, damaged
 
-    def _group_content(self, header: GroupHeader, frame: memoryview | bytes, upto: int, frame_ok: bool) -> bytes:
-        """The decompressed content of a group frame, from its start to at least ``upto``.
+    def _group_content(
+        self, header: GroupHeader, frame: memoryview | bytes, upto: int, frame_ok: bool, start: int = 0
+    ) -> bytes:
+        """Bytes ``start:upto`` of a group frame's decompressed content (fewer if a damaged frame ends early).
 
         Decompresses in slices of the frame and stops once ``upto`` is reached, so reading an
-        early member does not pay for the later ones. A frame failing its checksum is
-        decompressed as far as zstd gets: the members it yields are trusted only if their
-        own checksums match.
+        early member does not pay for the later ones, and only the pieces overlapping the
+        wanted range are kept. A frame failing its checksum is decompressed as far as zstd
+        gets: the members it yields are trusted only if their own checksums match.
         """
         dobj = self.dicts.decompressor(header.dict_id).decompressobj()
-        out: list[bytes] = []
+        kept: list[bytes] = []
         have = pos = 0
+        skip = start  # bytes of the first kept piece that precede ``start``
         try:
             while have < upto and pos < len(frame):
                 piece = dobj.decompress(frame[pos : pos + _GROUP_READ_SLICE])
                 pos += _GROUP_READ_SLICE
-                out.append(piece)
+                if have + len(piece) > start:
+                    if not kept:
+                        skip = start - have
+                    kept.append(piece)
                 have += len(piece)
         except zstd.ZstdError as exc:
             if frame_ok:
                 raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
-        content = b"".join(out)
-        if frame_ok and len(content) < upto:
-            raise ChecksumMismatch(f"group frame holds {len(content)} bytes, its members need {upto}")
-        return content
+        if frame_ok and have < upto:
+            raise ChecksumMismatch(f"group frame holds {have} bytes, its members need {upto}")
+        content = kept[0] if len(kept) == 1 else b"".join(kept)
+        return content[skip : skip + upto - start]
 
     def _member_record(self, header: GroupHeader, index: int, content: bytes) -> RecordHeader:
         """Member ``index`` of a group as a record header with its metadata (checked by its checksum)."""
@@ -916,7 +922,7 @@ class ContentStore:
             logger.error(
                 "group frame at %s:%d fails its checksum; checking member %d alone", loc.segment, loc.offset, loc.member
             )
-        piece = self._group_content(header, frame, member.end, frame_ok)[member.start : member.end]
+        piece = self._group_content(header, frame, member.end, frame_ok, member.start)
         if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
             raise ChecksumMismatch(f"group member {loc.member} at {loc.segment}:{loc.offset} fails its checksum")
         return piece[member.meta_len :]
