@@ -236,7 +236,10 @@ class IndexSettings:
 
     keep_versions: int = setting(3, "index versions kept by garbage collection", check=positive)
     postings_shards: int = setting(
-        64, "postings shards per version (domain_id % shards); fixed per version", check=positive
+        64,
+        "postings blocks per version (a lake file's runs go to block int(hh, 16) % shards; more = smaller "
+        "blocks to decode on a version's first request, ADR 008); fixed per version",
+        check=positive,
     )
     row_groups_cached: int = setting(
         64, "decoded Parquet row groups a reader keeps in its LRU cache", check=positive
