@@ -36,6 +36,7 @@ from crawlstream.store import ContentStore
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 
 GROUP = "crawlstream.bucket-compressor"
+TOPICS = (FETCH_RESULTS,)
 TITLE_MAX_CHARS = 512
 _HEAD_SCAN_BYTES = 64 * 1024
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -174,7 +175,7 @@ def build(host: Host) -> LoopService:
     loop = ServiceLoop(
         service="bucket-compressor",
         consumer=consumer,
-        topics=[FETCH_RESULTS],
+        topics=list(TOPICS),
         codec=host.codec,
         handler=handler,
         dlq_producer=host.bus.producer(),

@@ -41,6 +41,7 @@ from crawlstream.topics import CONTENT_STORED, URLS_RECORDS
 from crawlstream.urls import canonicalize
 
 GROUP = "crawlstream.parquet-sink"
+TOPICS = (CONTENT_STORED, URLS_RECORDS)
 MAX_DATASET_ID = 2**31 - 1
 TITLE_MAX_CHARS = 256
 
@@ -205,7 +206,7 @@ def build(host: Host, *, instance: str | None = None) -> ParquetSinkService:
     loop = ServiceLoop(
         service="parquet-sink",
         consumer=host.bus.consumer(GROUP),
-        topics=[CONTENT_STORED, URLS_RECORDS],
+        topics=list(TOPICS),
         codec=host.codec,
         handler=handler,
         dlq_producer=host.bus.producer(),

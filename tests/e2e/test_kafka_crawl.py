@@ -55,7 +55,6 @@ from crawlstream.services.link_extractor import main as link_extractor
 from crawlstream.services.scheduler import main as scheduler
 from crawlstream.settings import Settings, load
 from crawlstream.store import ContentStore
-from crawlstream.topics import FETCH_RESULTS
 
 pytestmark = pytest.mark.kafka
 
@@ -79,7 +78,7 @@ GROUPS = {
     "scheduler": (scheduler.GROUP, scheduler.TOPICS),
     "fetcher": (fetcher.GROUP, fetcher.TOPICS),
     "link-extractor": (link_extractor.GROUP, link_extractor.TOPICS),
-    "bucket-compressor": (bucket_compressor.GROUP, (FETCH_RESULTS,)),
+    "bucket-compressor": (bucket_compressor.GROUP, bucket_compressor.TOPICS),
 }
 # The content store has one writer per root: one bucket-compressor (STATUS.md).
 DEPLOYMENTS = {
@@ -106,6 +105,7 @@ class ServiceProcess:
     log: Path
     process: subprocess.Popen[bytes]
     returncode: int | None = None
+    terminated: bool = False
 
     @classmethod
     def start(cls, name: str, env: dict[str, str], log: Path) -> ServiceProcess:
@@ -134,9 +134,14 @@ class ServiceProcess:
         return f"--- {self.name} (pid {self.process.pid}) ---\n" + self.log.read_text(errors="replace")[-chars:]
 
     def terminate(self) -> None:
-        """SIGTERM: finish the batch, commit, leave the group (by PID)."""
-        if self.process.poll() is None:
+        """SIGTERM once: finish the batch, commit, leave the group (by PID).
+
+        Once only: a second SIGTERM that lands while the interpreter finalizes (its handlers
+        are reset to the default then) would kill a process that was exiting cleanly.
+        """
+        if not self.terminated and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
+            self.terminated = True
 
     def stop(self) -> None:
         """``terminate`` and wait for the exit; SIGKILL if that hangs."""
