@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 from crawlstream.bus import Message
 from crawlstream.errors import BadDataError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchResult
-from crawlstream.links import Scope, extract_links
+from crawlstream.links import RecentUrls, Scope, extract_links
 from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
@@ -26,6 +26,7 @@ from crawlstream.urls import canonicalize, url_key
 GROUP = "crawlstream.link-extractor"
 TOPICS = (FETCH_RESULTS,)
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+RECENT_URLS = 65_536  # ~10 MB of URL strings
 
 _PAGES: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 
@@ -45,7 +46,12 @@ def pages_counter(registry: CollectorRegistry) -> Counter:
 
 class LinkHandler(EventHandler):
     def __init__(
-        self, out: EventProducer, scope: Scope, max_body_bytes: int, registry: CollectorRegistry | None = None
+        self,
+        out: EventProducer,
+        scope: Scope,
+        max_body_bytes: int,
+        registry: CollectorRegistry | None = None,
+        recent_urls: int = RECENT_URLS,
     ) -> None:
         pages = pages_counter(registry if registry is not None else CollectorRegistry())
         self._parsed = pages.labels("parsed")
@@ -56,6 +62,7 @@ class LinkHandler(EventHandler):
         self._scope = scope
         self._max_body_bytes = max_body_bytes
         self._decompressor = zstandard.ZstdDecompressor()
+        self._recent = RecentUrls(recent_urls)  # repeats the deduper would drop: not sent
         self.discovered = 0
 
     def handle(self, event: FetchResult, message: Message) -> None:
@@ -79,12 +86,15 @@ class LinkHandler(EventHandler):
             self._emit(link.url, event, event.depth + 1, "link", now_ms)
 
     def _emit(self, url: str, parent: FetchResult, depth: int, source: str, now_ms: int) -> None:
+        if url in self._recent:  # extracted links are canonical already
+            return
         try:
             canonical = canonicalize(url)
         except InvalidUrl:
             return  # counted by the extractor; a bad Location header is the server's problem
-        if not self._scope.allows(canonical, depth):
+        if canonical.url in self._recent or not self._scope.allows(canonical, depth):
             return
+        self._recent.add(canonical.url)
         self._out.send(
             URLS_DISCOVERED,
             DiscoveredUrl(

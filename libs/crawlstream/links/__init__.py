@@ -9,11 +9,13 @@ from crawlstream.links._extract import (
     parse_refresh,
     resolve_candidates,
 )
+from crawlstream.links._recent import RecentUrls
 from crawlstream.links._scope import Scope
 
 __all__ = [
     "ExtractedLink",
     "Extraction",
+    "RecentUrls",
     "Scope",
     "decode_html",
     "extract_links",
