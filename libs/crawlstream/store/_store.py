@@ -1190,6 +1190,7 @@ class ContentStore:
                 return writer
 
             group: list[tuple[Entry, int, bytes, bytes]] = []  # (entry, kind, metadata line, body)
+            group_hashes: set[bytes] = set()
             group_dict = group_raw = 0
 
             def flush_group() -> None:
@@ -1220,6 +1221,7 @@ class ContentStore:
                         report.moved_bodies += 1
                         pending.append(self._moved_record(entry, here, None))
                 group.clear()
+                group_hashes.clear()
                 group_raw = 0
 
             for entry in sorted(moving, key=lambda e: (e.domain, e.url)):
@@ -1227,7 +1229,7 @@ class ContentStore:
                 if stored is None:
                     continue
                 meta = {"u": entry.url, "t": entry.content_type, "n": entry.title, "s": entry.status}
-                is_ref = entry.content_hash in new_locs or any(entry.content_hash == g[0].content_hash for g in group)
+                is_ref = entry.content_hash in new_locs or entry.content_hash in group_hashes
                 body = b"" if is_ref else stored
                 if tier in _GROUP_TIERS and len(body) <= _MAX_MEMBER_BODY:
                     dict_id = self.dicts.for_domain(entry.domain) if len(body) <= self.large_body_bytes else 0
@@ -1241,6 +1243,7 @@ class ContentStore:
                     ):
                         flush_group()
                     group.append((entry, KIND_REF if is_ref else KIND_BODY, encode_meta(meta), body))
+                    group_hashes.add(entry.content_hash)
                     group_dict = dict_id
                     group_raw += len(body)
                     continue
