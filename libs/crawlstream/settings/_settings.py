@@ -51,9 +51,10 @@ class BusSettings:
         0.2, "consumer poll timeout: how quickly an idle loop notices shutdown", check=positive
     )
     commit_interval_s: float = setting(
-        1.0,
+        0.25,
         "crawl loops commit consumed offsets at most this often while messages flow (a commit fsyncs "
-        "the embedded log), and at once when idle: longer saves I/O, a crash replays up to this much more",
+        "the embedded log), and at once when idle: longer saves I/O, a crash replays up to this much more "
+        "(replayed fetch requests are fetched again)",
         check=non_negative,
     )
 
