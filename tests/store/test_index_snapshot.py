@@ -103,6 +103,9 @@ def test_store_of_another_format_is_refused_with_a_clear_error(tmp_path: Path) -
     (tmp_path / "FORMAT").write_text(json.dumps({"store_format": 1}))
     with pytest.raises(UnsupportedFormat, match=r"format 1.*re-ingest"):
         ContentStore(tmp_path)
+    (tmp_path / "FORMAT").write_text(json.dumps({"store_format": 2}))  # before group records
+    with pytest.raises(UnsupportedFormat, match=r"format 2.*reads format 3"):
+        ContentStore(tmp_path)
     (tmp_path / "FORMAT").unlink()
     with pytest.raises(UnsupportedFormat, match="no FORMAT marker"):
         ContentStore(tmp_path)

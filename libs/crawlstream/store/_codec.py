@@ -35,7 +35,7 @@ check and skip records.
 Log record: u32 payload_len | u32 crc32(payload) | payload (compact JSON object).
 
 Index snapshot (``index-<gen>.snap``): one zstd frame (content checksum on) of
-``b"CSIX2\n" | u32 json_len | JSON columns | 16-byte content hashes``; see
+``b"CSIX3\n" | u32 json_len | JSON columns | 16-byte content hashes``; see
 ``encode_index_snapshot``.
 """
 
