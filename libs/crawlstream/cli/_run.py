@@ -21,7 +21,6 @@ import importlib
 import logging
 import signal
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -34,7 +33,7 @@ from crawlstream.crawl import (
     ServiceSpec,
     StatsHandler,
     read_seeds,
-    seed_events,
+    send_seeds,
 )
 from crawlstream.errors import ConfigError
 from crawlstream.politeness import Scheduler
@@ -200,11 +199,7 @@ def _builder(module: Any, host: Host, kwargs: dict[str, Any]) -> Any:
 
 def _seed(host: Host, seeds: Sequence[str]) -> None:
     if seeds:
-        out = host.event_producer()
-        for event in seed_events(seeds, int(time.time() * 1000), host.settings.crawl.dataset_id):
-            out.send(URLS_DISCOVERED, event)
-        out.producer.flush()
-        logger.info("seeded %d URLs", len(seeds))
+        send_seeds(host.event_producer(), seeds, host.settings.crawl.dataset_id)
         return
     if not any(host.bus.end_offsets(URLS_DISCOVERED)):
         raise ConfigError(

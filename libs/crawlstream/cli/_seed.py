@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-import time
 
-from crawlstream.crawl import read_seeds, seed_events
+from crawlstream.crawl import read_seeds, send_seeds
 from crawlstream.errors import ConfigError
 from crawlstream.services._host import open_host
 from crawlstream.settings import Settings
-from crawlstream.topics import URLS_DISCOVERED
 
 __all__ = ["register", "run"]
-
-logger = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -47,11 +42,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not urls:
         raise ConfigError(f"--seeds {' '.join(args.seeds)!r} named no valid URL; give URLs or files of URLs")
     with open_host(settings) as host:
-        out = host.event_producer()
-        for event in seed_events(urls, int(time.time() * 1000), settings.crawl.dataset_id):
-            out.send(URLS_DISCOVERED, event)
-        # Flushed before reporting: a seed we claim to have sent is on the bus.
-        out.producer.flush()
-    logger.info("seeded %d URLs to %s", len(urls), URLS_DISCOVERED)
+        send_seeds(host.event_producer(), urls, settings.crawl.dataset_id)
     sys.stdout.write(json.dumps({"seeded": len(urls)}) + "\n")
     return 0

@@ -5,7 +5,7 @@ the CLI hands it in as ``ServiceSpec`` builders."""
 from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
 from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, format_progress
 from crawlstream.crawl._runner import CrawlRunner, Drainable, Runnable, ServiceSpec
-from crawlstream.crawl._seeds import read_seeds, seed_events
+from crawlstream.crawl._seeds import read_seeds, seed_events, send_seeds
 from crawlstream.crawl._stats import ERROR_OUTCOMES, STATS_GROUP, CrawlStats, StatsHandler, load_stats, save_stats
 from crawlstream.crawl._summary import CrawlSummary, summarize
 
@@ -31,5 +31,6 @@ __all__ = [
     "read_seeds",
     "save_stats",
     "seed_events",
+    "send_seeds",
     "summarize",
 ]

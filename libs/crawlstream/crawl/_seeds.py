@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from crawlstream.errors import ConfigError, InvalidUrl
-from crawlstream.events import DiscoveredUrl
+from crawlstream.events import DiscoveredUrl, EventProducer
+from crawlstream.topics import URLS_DISCOVERED
 from crawlstream.urls import canonicalize, url_key
 
-__all__ = ["read_seeds", "seed_events"]
+__all__ = ["read_seeds", "seed_events", "send_seeds"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,3 +75,11 @@ def seed_events(urls: Iterable[str], now_ms: int, dataset_id: int | None) -> lis
             )
         )
     return events
+
+
+def send_seeds(out: EventProducer, urls: Sequence[str], dataset_id: int | None) -> None:
+    """Send the seed events to ``urls.discovered`` and flush: a seed reported sent is on the bus."""
+    for event in seed_events(urls, int(time.time() * 1000), dataset_id):
+        out.send(URLS_DISCOVERED, event)
+    out.flush()
+    logger.info("seeded %d URLs to %s", len(urls), URLS_DISCOVERED)
