@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from crawlstream.urls import compose_key, domain_checksum, fnv1a_64
+from crawlstream.urls import canonical_url_key, compose_key, domain_checksum, fnv1a_64
 
 __all__ = [
     "DERIVED_SQL",
@@ -88,9 +88,8 @@ def host_prefix(host: str, domain: str) -> str:
     return host[: len(host) - len(domain)]
 
 
-def derive_url_key(domain: str, url: str) -> int:
-    """The url_key of a canonical ``url`` whose registered domain is ``domain`` (no re-parse)."""
-    return compose_key(domain_checksum(domain), fnv1a_64(url.encode("utf-8")))
+derive_url_key = canonical_url_key
+"""The url_key of a canonical ``url`` whose registered domain is ``domain`` (no re-parse)."""
 
 
 def derive_url_keys(domain: str, urls: list[str]) -> list[int]:

@@ -14,12 +14,13 @@ from ._hashing import (
     key_checksum,
     partition_for,
 )
-from ._keys import compose_key, url_key, url_keys
+from ._keys import canonical_url_key, compose_key, url_key, url_keys
 
 __all__ = [
     "MAX_HOST_LENGTH",
     "MAX_URL_LENGTH",
     "CanonicalUrl",
+    "canonical_url_key",
     "canonicalize",
     "compose_key",
     "domain_checksum",

@@ -19,7 +19,7 @@ from crawlstream.errors import InvalidUrl
 from ._canonical import CanonicalUrl, canonicalize
 from ._hashing import KEY_HASH_MASK, domain_checksum, fnv1a_64
 
-__all__ = ["compose_key", "url_key", "url_keys"]
+__all__ = ["canonical_url_key", "compose_key", "url_key", "url_keys"]
 
 
 def compose_key(checksum: int, url_hash: int) -> int:
@@ -27,11 +27,15 @@ def compose_key(checksum: int, url_hash: int) -> int:
     return ((checksum & 0x7F) << 56) | (url_hash & KEY_HASH_MASK)
 
 
+def canonical_url_key(domain: str, url: str) -> int:
+    """The url_key of an already canonical ``url`` whose registered domain is ``domain`` (no parse)."""
+    return compose_key(domain_checksum(domain), fnv1a_64(url.encode("utf-8")))
+
+
 def url_key(url: str | CanonicalUrl) -> int:
     """The url_key of ``url``; a ``str`` is canonicalized first (may raise InvalidUrl)."""
     canon = url if isinstance(url, CanonicalUrl) else canonicalize(url)
-    data = canon.url.encode("utf-8")
-    return (domain_checksum(canon.domain) << 56) | (fnv1a_64(data) & KEY_HASH_MASK)
+    return canonical_url_key(canon.domain, canon.url)
 
 
 def url_keys(urls: Iterable[str | CanonicalUrl]) -> list[int | None]:
