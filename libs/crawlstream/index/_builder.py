@@ -54,6 +54,7 @@ from crawlstream.index._formats import (
     encode_postings,
     inline_segments,
     postings_block,
+    postings_block_of,
     run_row_starts,
 )
 from crawlstream.index._manifest import (
@@ -108,15 +109,6 @@ def _concat_runs(parts: list[_RunTable]) -> _RunTable:
         np.concatenate([p.rows for p in parts]),
         np.concatenate([p.is_new for p in parts]),
     )
-
-
-
-
-def _rg_starts(entry: FileEntry) -> list[int]:
-    starts = [0]
-    for n in entry.rg_rows:
-        starts.append(starts[-1] + n)
-    return starts
 
 
 @dataclass(frozen=True)
@@ -283,7 +275,7 @@ class IndexBuilder:
                 segs: list[Segment] = []
                 for r in range(first, first + n_runs):
                     f = files_by_id[int(fid[r])]
-                    segs += inline_segments(f.file_id, int(row_start[r]), int(rows[r]), _rg_starts(f))
+                    segs += inline_segments(f.file_id, int(row_start[r]), int(rows[r]), f.rg_starts())
                 multi_count[k] = self._distinct_urls(segs, files_by_id)
         phases["merge"] = time.perf_counter() - started - sum(phases.values())
         # 5. write the version
@@ -395,12 +387,12 @@ class IndexBuilder:
             dtdr = encode_dtdr_pairs(pair_domain, pair_dataset, n_domains)
 
         # 256 hh values onto `shards` blocks: all runs of a lake file land in one block.
-        file_hh = {f.file_id: int(f.hh, 16) for f in files}
-        max_id = max(file_hh, default=0)
-        hh_of = np.zeros(max_id + 1, np.int64)
-        for fid, hh in file_hh.items():
-            hh_of[fid] = hh
-        run_block = hh_of[runs.file_id] % self.shards if len(runs) else np.zeros(0, np.int64)
+        file_block = {f.file_id: postings_block_of(f.hh, self.shards) for f in files}
+        max_id = max(file_block, default=0)
+        block_of = np.zeros(max_id + 1, np.int64)
+        for fid, block in file_block.items():
+            block_of[fid] = block
+        run_block = block_of[runs.file_id] if len(runs) else np.zeros(0, np.int64)
         multi_block = run_block[runs.multi_first] if len(runs.multi_first) else np.zeros(0, np.int64)
         blocks = []
         by_block = np.argsort(run_block, kind="stable")  # keeps (domain, dataset, file) order

@@ -25,6 +25,7 @@ All integers little-endian.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -113,6 +114,15 @@ class FileEntry:
     @property
     def num_rows(self) -> int:
         return sum(self.rg_rows)
+
+    def rg_starts(self) -> list[int]:
+        """The first row of every row group, then the file's row count (for ``inline_segments``)."""
+        return list(itertools.accumulate(self.rg_rows, initial=0))
+
+
+def postings_block_of(hh: str, blocks: int) -> int:
+    """The postings block of a domain prefix ``hh``: the builder writes and readers look up there."""
+    return int(hh, 16) % blocks
 
 
 def inline_segments(file_id: int, row_start: int, row_count: int, rg_starts: Sequence[int]) -> list[Segment]:

@@ -46,6 +46,7 @@ from crawlstream.index._formats import (
     dtdr_entry,
     inline_segments,
     postings_block,
+    postings_block_of,
     run_row_starts,
 )
 from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo, index_dir
@@ -216,7 +217,7 @@ class _Version:
         return BitMap.deserialize(self.dtdr[start : start + length])
 
     def _block(self, domain: str) -> _Block:
-        b = int(domain_prefix(domain), 16) % self.shards
+        b = postings_block_of(domain_prefix(domain), self.shards)
         blk = self._blocks.get(b)
         if blk is None:  # two threads may decode the same block once each: harmless
             assert self.postings is not None
@@ -250,9 +251,7 @@ class _Version:
     def rg_starts(self, file_id: int) -> list[int]:
         starts = self._rg_starts.get(file_id)
         if starts is None:
-            starts = [0]
-            for n in self.files[file_id].rg_rows:
-                starts.append(starts[-1] + n)
+            starts = self.files[file_id].rg_starts()
             self._rg_starts[file_id] = starts
         return starts
 
