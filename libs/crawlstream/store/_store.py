@@ -48,6 +48,7 @@ from crawlstream.store._codec import (
     MAX_GROUP_MEMBERS,
     VERSION,
     GroupHeader,
+    Member,
     RecordHeader,
     ScanItem,
     TornRecord,
@@ -409,9 +410,7 @@ class ContentStore:
     def _member_record(self, header: GroupHeader, index: int, content: bytes) -> RecordHeader:
         """Member ``index`` of a group as a record header with its metadata (checked by its checksum)."""
         member = header.members[index]
-        piece = content[member.start : member.end]
-        if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
-            raise ChecksumMismatch(f"group member {index} fails its checksum")
+        piece = _checked_member(content[member.start : member.end], member, f"group member {index}")
         meta = decode_meta(piece[: member.meta_len])
         try:
             url_key = self._key_of(str(meta["u"]))
@@ -661,6 +660,10 @@ class ContentStore:
         directory.mkdir(parents=True, exist_ok=True)
         return directory / f"{number:010d}.seg"
 
+    def _dict_for(self, domain: str, body: bytes) -> int:
+        """The dictionary a body is compressed with: its domain's, none for bodies over ``large_body_bytes``."""
+        return self.dicts.for_domain(domain) if len(body) <= self.large_body_bytes else 0
+
     def _make_record(
         self,
         kind: int,
@@ -676,7 +679,7 @@ class ContentStore:
         tier: str,
     ) -> tuple[bytes, int]:
         """(record bytes, dict id): metadata line + body compressed as one frame, the domain's dictionary."""
-        dict_id = self.dicts.for_domain(domain) if len(body) <= self.large_body_bytes else 0
+        dict_id = self._dict_for(domain, body)
         meta_bytes = encode_meta(meta)
         frame = self.dicts.compressor(self.levels[tier], dict_id).compress(meta_bytes + body)
         record = encode_record(
@@ -923,8 +926,7 @@ class ContentStore:
                 "group frame at %s:%d fails its checksum; checking member %d alone", loc.segment, loc.offset, loc.member
             )
         piece = self._group_content(header, frame, member.end, frame_ok, member.start)
-        if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
-            raise ChecksumMismatch(f"group member {loc.member} at {loc.segment}:{loc.offset} fails its checksum")
+        _checked_member(piece, member, f"group member {loc.member} at {loc.segment}:{loc.offset}")
         return piece[member.meta_len :]
 
     def search(
@@ -1198,14 +1200,13 @@ class ContentStore:
                 nonlocal group_raw
                 if not group:
                     return
-                frame = self.dicts.compressor(self.levels[tier], group_dict).compress(
-                    b"".join(meta_line + body for _, _, meta_line, body in group)
-                )
+                contents = [meta_line + body for _, _, meta_line, body in group]
+                frame = self.dicts.compressor(self.levels[tier], group_dict).compress(b"".join(contents))
                 record = encode_group(
                     dict_id=group_dict,
                     members=[
-                        (kind, len(meta_line), len(body), member_checksum(meta_line + body))
-                        for _, kind, meta_line, body in group
+                        (kind, len(meta_line), len(body), member_checksum(content))
+                        for (_, kind, meta_line, body), content in zip(group, contents, strict=True)
                     ],
                     frame=frame,
                 )
@@ -1232,7 +1233,7 @@ class ContentStore:
                 is_ref = entry.content_hash in new_locs or entry.content_hash in group_hashes
                 body = b"" if is_ref else stored
                 if tier in _GROUP_TIERS and len(body) <= _MAX_MEMBER_BODY:
-                    dict_id = self.dicts.for_domain(entry.domain) if len(body) <= self.large_body_bytes else 0
+                    dict_id = self._dict_for(entry.domain, body)
                     meta.update(q=entry.seq, f=entry.fetched_at_ms)
                     if is_ref:
                         meta.update(h=entry.content_hash.hex(), z=entry.raw_size)
@@ -1380,3 +1381,10 @@ class ContentStore:
                 quarantined_regions=len(self._quarantined),
                 by_tier=by_tier,
             )
+
+
+def _checked_member(piece: bytes, member: Member, what: str) -> bytes:
+    """``piece`` if it is the whole member and matches its own checksum, else ChecksumMismatch."""
+    if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
+        raise ChecksumMismatch(f"{what} fails its checksum")
+    return piece
