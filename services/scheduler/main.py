@@ -133,15 +133,6 @@ class ScheduleHandler(EventHandler):
                 self._scheduler.flush_partition(partition)
         self._touched.clear()
 
-    def pending(self) -> tuple[int, int]:
-        """(domains with unread URLs, requests in flight) over owned partitions."""
-        waiting = in_flight = 0
-        for p in list(self._owned):
-            w, f = self._scheduler.pending(p)
-            waiting += w
-            in_flight += f
-        return waiting, in_flight
-
 
 def build(host: Host) -> LoopService:
     settings = host.settings

@@ -658,11 +658,7 @@ class Scheduler:
 
     def pending(self, partition: int) -> tuple[int, int]:
         """(domains in the ready queue, tickets in flight): (0, 0) means the partition is drained."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(_Keys(partition).ready)
-        pipe.hlen(_Keys(partition).inflight)
-        ready, in_flight = pipe.execute()
-        return int(ready), int(in_flight)
+        return self.pending_all([partition])
 
     def pending_all(self, partitions: Sequence[int]) -> tuple[int, int]:
         """``pending`` summed over ``partitions`` in one round trip (the run's drain check)."""
