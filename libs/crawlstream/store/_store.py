@@ -350,13 +350,13 @@ class ContentStore:
         header = item.header
         assert header is not None
         tier = name.split("/", 1)[0]
-        region = data[item.offset : item.offset + item.length]
-        frame = memoryview(data)[item.offset + header.header_size : item.offset + item.length]
+        end = item.offset + item.length
+        frame = memoryview(data)[item.offset + header.header_size : end]
         if isinstance(header, RecordHeader):
             try:
                 full = self._with_meta(header, frame)
             except ChecksumMismatch as exc:
-                self._quarantine(name, item.offset, item.length, str(exc), region)
+                self._quarantine(name, item.offset, item.length, str(exc), data[item.offset : end])
                 return [], 1
             return [(full, Location(name, item.offset, item.length, header.dict_id, tier))], 0
         content = self._group_content(header, frame, header.content_size, item.frame_ok)
@@ -370,7 +370,7 @@ class ContentStore:
             try:
                 rec = self._member_record(header, i, content)
             except ChecksumMismatch as exc:
-                self._quarantine(name, item.offset, item.length, str(exc), region, member=i)
+                self._quarantine(name, item.offset, item.length, str(exc), data[item.offset : end], member=i)
                 damaged += 1
                 continue
             out.append((rec, Location(name, item.offset, item.length, header.dict_id, tier, i)))
