@@ -2,10 +2,12 @@
 
 Every request produces exactly one result, whatever happened (ok, HTTP error, timeout, DNS
 failure, robots disallowed, blocked address, redirect): the scheduler needs it to release
-the domain's slot. Redirects are reported, not followed; the link extractor sends the
-location back through dedupe. Each result is sent as soon as its fetch ends (the next
-request of that domain waits on it); an offset is committed only after its result and
-every earlier one of its partition were flushed.
+the domain's slot. The exception is a request replayed after a crash or a rebalance whose
+result the scheduler already has (``ReplayFence``): fetching it again would be impolite.
+Redirects are reported, not followed; the link extractor sends the location back through
+dedupe. Each result is sent as soon as its fetch ends (the next request of that domain waits
+on it); an offset is committed only after its result and every earlier one of its partition
+were flushed.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import zstandard
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.politeness import ReplayFence
 from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
+from crawlstream.urls import partition_for
 
 GROUP = "crawlstream.fetcher"
 TOPICS = (FETCH_REQUESTS,)
@@ -64,11 +68,20 @@ class FetchHandler(EventHandler):
     sent (``unfinished``). A slow page holds back nothing but its own offset's commit.
     """
 
-    def __init__(self, fetcher: Fetcher, out: EventProducer, concurrency: int, wait_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        out: EventProducer,
+        concurrency: int,
+        wait_s: float = 0.2,
+        fence: ReplayFence | None = None,
+    ) -> None:
         self._fetcher = fetcher
         self._out = out
         self._concurrency = concurrency
         self._wait_s = wait_s
+        self._fence = fence
+        self._suspects: list[_Started] = []  # possibly replayed: checked against the scheduler first
         self._compressor = zstandard.ZstdCompressor(level=3)
         self._done: queue.SimpleQueue[_Started] = queue.SimpleQueue()
         self._started: dict[TopicPartition, dict[int, _Started]] = {}  # not yet sent, by offset
@@ -77,6 +90,7 @@ class FetchHandler(EventHandler):
         self._aio_thread = threading.Thread(target=self._aio.run_forever, name="fetcher-aio", daemon=True)
         self._aio_thread.start()
         self.fetched = 0
+        self.skipped = 0  # replayed requests not fetched again (see ReplayFence)
 
     def room(self, batch_size: int) -> int:
         return max(0, min(batch_size, self._concurrency - self._count))
@@ -85,11 +99,38 @@ class FetchHandler(EventHandler):
         started = _Started(message.topic_partition, message.offset, event)
         self._started.setdefault(started.tp, {})[started.offset] = started
         self._count += 1
-        future = asyncio.run_coroutine_threadsafe(self._fetcher.afetch(event.url, attempt=event.attempt), self._aio)
+        if self._fence is not None and self._fence.suspect(started.tp, event.requested_at_ms):
+            self._suspects.append(started)
+        else:
+            self._start(started)
+
+    def _start(self, started: _Started) -> None:
+        request = started.request
+        future = asyncio.run_coroutine_threadsafe(self._fetcher.afetch(request.url, attempt=request.attempt), self._aio)
         started.future = future
         future.add_done_callback(lambda _f: self._done.put(started))
 
+    def _start_suspects(self) -> None:
+        """Fetch the possibly replayed requests still in flight at the scheduler; drop the rest."""
+        assert self._fence is not None
+        suspects = [s for s in self._suspects if not s.dropped]
+        self._suspects.clear()
+        keep = self._fence.keep([(s.request.domain, s.request.url) for s in suspects])
+        for started, fetch in zip(suspects, keep, strict=True):
+            if fetch:
+                self._start(started)
+            else:  # its result was already sent and taken: nothing to send, the offset is done
+                del self._started[started.tp][started.offset]
+                self._count -= 1
+                self.skipped += 1
+
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        if self._fence is not None:
+            self._fence.assigned(partitions)
+
     def end_batch(self) -> None:
+        if self._suspects:
+            self._start_suspects()
         # At full capacity nothing new can start: wait for a slot (bounded, so stop is seen).
         self._send_done(wait_s=self._wait_s if self._count >= self._concurrency else 0.0)
 
@@ -150,6 +191,16 @@ class _Started:
         return self.future.result()
 
 
+def replay_fence(host: Host, out: EventProducer) -> ReplayFence | None:
+    """The fence when this process reaches the scheduler's Redis: on the embedded bus (one data
+    dir, one Redis) or with ``REDIS_URL``. A standalone fetcher without it starts no Redis."""
+    settings = host.settings
+    if settings.kafka_bootstrap_servers is not None and settings.redis_url is None:
+        return None
+    # The scheduler owns the domain's tickets under the partition its results arrive on.
+    return ReplayFence(lambda: host.redis, lambda domain: partition_for(domain, out.partition_count(FETCH_RESULTS)))
+
+
 def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> LoopService:
     settings = host.settings
     consumer = host.bus.consumer(GROUP)
@@ -159,6 +210,7 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         out,
         settings.fetch.concurrency,
         wait_s=min(settings.bus.poll_timeout_s, 0.2),
+        fence=replay_fence(host, out),
     )
     loop = ServiceLoop(
         service="fetcher",

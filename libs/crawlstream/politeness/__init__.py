@@ -1,9 +1,11 @@
 """Per-domain politeness: which URL may be fetched when, with state in Redis and frontier files.
 
 ``Scheduler`` is the library the scheduler service drives; see its module docstring for the
-Redis layout and the caller's contract.
+Redis layout and the caller's contract; ``ReplayFence`` is the fetcher's check of a replayed
+request against the scheduler's tickets.
 """
 
+from crawlstream.politeness._fence import ReplayFence
 from crawlstream.politeness._scheduler import Scheduler
 from crawlstream.politeness._state import (
     BACKOFF_ERRORS,
@@ -13,4 +15,12 @@ from crawlstream.politeness._state import (
     FetchTicket,
 )
 
-__all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "DomainState", "FetchOutcome", "FetchTicket", "Scheduler"]
+__all__ = [
+    "BACKOFF_ERRORS",
+    "BACKOFF_STATUSES",
+    "DomainState",
+    "FetchOutcome",
+    "FetchTicket",
+    "ReplayFence",
+    "Scheduler",
+]

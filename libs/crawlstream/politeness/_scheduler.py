@@ -213,6 +213,32 @@ class _Keys:
         return self.hash_prefix + domain
 
 
+def _ticket_field(domain: str, url: str) -> bytes:
+    """A ticket's field in ``inflight`` and ``leases`` (any URL round-trips: surrogates kept)."""
+    return f"{domain}\n{url}".encode("utf-8", "surrogatepass")
+
+
+def open_tickets(client: redis.Redis, requests: Sequence[tuple[int, str, str]]) -> list[bool | None]:
+    """Whether each ``(partition, domain, url)`` request still has its ticket in flight.
+
+    None where the partition holds no scheduler state at all (a Redis that is not the
+    scheduler's, or one that lost its data): nothing can be concluded there. One round trip.
+    Raises ``redis.RedisError``.
+    """
+    pipe = client.pipeline(transaction=False)
+    partitions = sorted({p for p, _, _ in requests})
+    for partition in partitions:
+        pipe.exists(_Keys(partition).domains)
+    for partition, domain, url in requests:
+        pipe.hexists(_Keys(partition).inflight, _ticket_field(domain, url))
+    replies = pipe.execute()
+    known = {p for p, n in zip(partitions, replies, strict=False) if n}
+    return [
+        bool(hit) if partition in known else None
+        for (partition, _, _), hit in zip(requests, replies[len(partitions) :], strict=True)
+    ]
+
+
 class Scheduler:
     """Politeness and frontier bookkeeping for the partitions this instance owns.
 
@@ -457,7 +483,7 @@ class Scheduler:
                 record: bytes | str = ""
                 deadline = now + self.lease_ms
                 if entry is not None:
-                    field = f"{domain}\n{entry.url}".encode("utf-8", "surrogatepass")
+                    field = _ticket_field(domain, entry.url)
                     record = encode_record(entry)
                     tickets.append(FetchTicket(partition, entry, now, deadline))
                 next_at = max(_int(row[3]), now + self.min_delay_ms)
@@ -526,7 +552,7 @@ class Scheduler:
                 plan: list[tuple[int, _Keys, list[bytes], list[str]]] = []
                 for partition in ordered:
                     keys = _Keys(partition)
-                    fields = [f"{d}\n{u}".encode("utf-8", "surrogatepass") for d, u, _ in results[partition]]
+                    fields = [_ticket_field(d, u) for d, u, _ in results[partition]]
                     read.hmget(keys.inflight, *fields)
                     domains = list(dict.fromkeys(d for d, _, _ in results[partition]))
                     for d in domains:
