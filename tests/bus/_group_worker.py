@@ -23,7 +23,7 @@ from crawlstream.bus import KafkaBus, TopicPartition
 
 # A killed member's partitions move after its session times out: keep it short (the mock
 # cluster accepts 6 s, a real broker's default minimum).
-_GROUP_CONFIG = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+_GROUP_CONFIG = {"consumer.session.timeout.ms": "6000", "consumer.heartbeat.interval.ms": "500"}
 _MAX_RUN_S = 120.0
 
 

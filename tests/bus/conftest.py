@@ -17,7 +17,7 @@ import pytest
 
 from crawlstream.bus import Bus, EmbeddedBus
 
-_KAFKA_TEST_CONFIG = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+_KAFKA_TEST_CONFIG = {"consumer.session.timeout.ms": "6000", "consumer.heartbeat.interval.ms": "500"}
 
 
 class BusUnderTest:

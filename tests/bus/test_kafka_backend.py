@@ -85,6 +85,27 @@ def test_extra_config_overrides_the_defaults(cluster: MockKafkaCluster) -> None:
     assert tuned.consumer_config("g")["session.timeout.ms"] == "6000"
 
 
+def test_extra_config_keys_can_target_consumers_or_producers(cluster: MockKafkaCluster) -> None:
+    """consumer./producer. prefixes keep client-specific properties (and librdkafka's warnings
+    about them) away from the other kind of client; the clients accept what they get."""
+    bus = KafkaBus(
+        cluster.bootstrap_servers,
+        extra_config={
+            "consumer.session.timeout.ms": "6000",
+            "producer.linger.ms": "3",
+            "client.rack": "r1",
+        },
+    )
+    consumer_config, producer_config = bus.consumer_config("g"), bus.producer_config()
+    assert consumer_config["session.timeout.ms"] == "6000" and "session.timeout.ms" not in producer_config
+    assert producer_config["linger.ms"] == "3" and "linger.ms" not in consumer_config
+    assert consumer_config["client.rack"] == producer_config["client.rack"] == "r1"
+    assert not any(k.startswith(("consumer.", "producer.")) for k in {**consumer_config, **producer_config})
+    producer, consumer = bus.producer(), bus.consumer("g")
+    consumer.close()
+    producer.close()
+
+
 def test_topics_are_auto_created_with_four_partitions_whatever_create_topics_asked(bus: KafkaBus) -> None:
     """The mock cluster rejects CreateTopics: create_topics must not fail, auto-creation decides."""
     bus.create_topics(["kafka.autocreated"], 8)

@@ -71,7 +71,7 @@ CHECK_INTERVAL_S = 0.3
 # Members that leave are dropped at once; one that dies is dropped after its session times
 # out: keep that short, as a deployment's tests would (the mock cluster accepts 6 s).
 # fetch.wait.max.ms: see the module docstring.
-KAFKA_EXTRA_CONFIG = "session.timeout.ms=6000,heartbeat.interval.ms=500,fetch.wait.max.ms=50"
+KAFKA_EXTRA_CONFIG = "consumer.session.timeout.ms=6000,consumer.heartbeat.interval.ms=500,consumer.fetch.wait.max.ms=50"
 logger = logging.getLogger(__name__)
 _FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
 

@@ -560,8 +560,11 @@ class KafkaBus(Bus):
     """The bus on a Kafka cluster.
 
     ``linger_ms`` trades latency for batching (fewer, larger, better-compressed requests).
-    ``extra_config`` is passed to every librdkafka client last, so it can override anything
-    (security settings, ``session.timeout.ms``...). ``default_partitions``, when set, is used
+    ``extra_config`` is passed to librdkafka clients last, so it can override anything
+    (security settings, ``session.timeout.ms``...): a key prefixed ``consumer.`` or
+    ``producer.`` goes to that kind of client only, without the prefix (as in Kafka Connect);
+    other keys go to every client. Consumer-only properties given to a producer make
+    librdkafka log a warning per client. ``default_partitions``, when set, is used
     by ``Producer.partition_count`` to create a topic that does not exist yet; otherwise the
     brokers' auto-creation decides.
     """
@@ -582,7 +585,7 @@ class KafkaBus(Bus):
             "logger": _librdkafka_logger,
         }
         self._linger_ms = linger_ms
-        self._extra = dict(extra_config or {})
+        self._extra, self._extra_consumer, self._extra_producer = _scoped(extra_config or {})
         self._default_partitions = default_partitions
         self._admin: AdminClient | None = None
         self._known_topics: set[str] = set()
@@ -611,6 +614,7 @@ class KafkaBus(Bus):
             "linger.ms": self._linger_ms,
             "batch.size": 1_000_000,
             **self._extra,
+            **self._extra_producer,
         }
 
     def consumer_config(self, group_id: str) -> dict[str, Any]:
@@ -626,6 +630,7 @@ class KafkaBus(Bus):
             "partition.assignment.strategy": _COOPERATIVE,
             "enable.partition.eof": False,
             **self._extra,
+            **self._extra_consumer,
         }
 
     def producer(self) -> KafkaProducer:
@@ -633,7 +638,7 @@ class KafkaBus(Bus):
 
     def consumer(self, group_id: str) -> KafkaConsumer:
         # A strategy set in extra_config is the operator's choice, for every subscription.
-        chosen = "partition.assignment.strategy" in self._extra
+        chosen = "partition.assignment.strategy" in {**self._extra, **self._extra_consumer}
         return KafkaConsumer(self.consumer_config(group_id), multi_topic_assignment=None if chosen else _RANGE)
 
     def _admin_client(self) -> AdminClient:
@@ -726,6 +731,21 @@ class KafkaBus(Bus):
     def close(self) -> None:
         # AdminClient has no close(); dropping the reference releases it.
         self._admin = None
+
+
+def _scoped(extra: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """``extra_config`` split into (every client, consumers only, producers only)."""
+    common: dict[str, str] = {}
+    consumer: dict[str, str] = {}
+    producer: dict[str, str] = {}
+    for key, value in extra.items():
+        if key.startswith("consumer."):
+            consumer[key.removeprefix("consumer.")] = value
+        elif key.startswith("producer."):
+            producer[key.removeprefix("producer.")] = value
+        else:
+            common[key] = value
+    return common, consumer, producer
 
 
 def _parse_extra(text: str) -> dict[str, str]:

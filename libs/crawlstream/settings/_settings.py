@@ -40,8 +40,9 @@ class BusSettings:
     linger_ms: int = setting(20, "Kafka producer batching delay", check=non_negative)
     kafka_extra_config: str = setting(
         "",
-        "extra librdkafka settings for every Kafka client, as a comma list of key=value "
-        "(e.g. security.protocol=SASL_SSL,session.timeout.ms=10000); applied last, so it overrides",
+        "extra librdkafka settings, as a comma list of key=value, applied last so they override; "
+        "a key prefixed consumer. or producer. goes to that kind of client only "
+        "(e.g. security.protocol=SASL_SSL,consumer.session.timeout.ms=10000)",
         secret=True,
         check=lambda v: None
         if all("=" in item and item.split("=", 1)[0].strip() for item in v.split(",") if item.strip())
