@@ -53,6 +53,21 @@ def test_dtdr_built_from_pairs_holds_pyroarings_bitmaps() -> None:
                         else len(BitMap(members).serialize()))
 
 
+def test_dtdr_stores_each_distinct_set_once() -> None:
+    """Domains with the same datasets share one bitmap; each entry still reads its own set."""
+    sets = [[1], [2, 5], [1], list(range(1, 38)), [2, 5], list(range(1, 38)), [1]]
+    pair_domain = np.array([d for d, members in enumerate(sets) for _ in members])
+    pair_dataset = np.array([ds for members in sets for ds in members])
+    data = encode_dtdr_pairs(pair_domain, pair_dataset, len(sets))
+    assert [list(BitMap.deserialize(data[slice(*_span(data, d))])) for d in range(len(sets))] == sets
+    assert len({dtdr_entry(data, d) for d in range(len(sets))}) == 3
+    bitmaps = 9 + 2 + 9 + 4 + len(BitMap(range(1, 38)).serialize())
+    assert len(data) == 24 + bitmaps + 12 * len(sets)
+    assert encode_dtdr_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64), 0) == encode_dtdr([])
+    shared = encode_dtdr([BitMap(s).serialize() for s in sets])
+    assert len({dtdr_entry(shared, d) for d in range(len(sets))}) == 3
+
+
 def _runs(n: int) -> Runs:
     rnd = np.random.default_rng(1)
     did = np.sort(rnd.integers(0, 10 * n, n))

@@ -146,14 +146,21 @@ def inline_segments(file_id: int, row_start: int, row_count: int, rg_starts: Seq
 
 
 def encode_dtdr(bitmaps: Sequence[bytes]) -> bytes:
-    """The seed's DTDR file from each domain's serialized Roaring bitmap (index = domain_id)."""
+    """The seed's DTDR file from each domain's serialized Roaring bitmap (index = domain_id).
+
+    Identical bitmaps are stored once and shared by the index entries of their domains.
+    """
     parts = [b""]  # header placeholder
     offset = DTDR_HEADER.size
     index = bytearray()
+    stored: dict[bytes, int] = {}
     for bm in bitmaps:
-        index += DTDR_ENTRY.pack(offset, len(bm))
-        parts.append(bm)
-        offset += len(bm)
+        start = stored.get(bm)
+        if start is None:
+            start = stored[bm] = offset
+            parts.append(bm)
+            offset += len(bm)
+        index += DTDR_ENTRY.pack(start, len(bm))
     parts[0] = DTDR_HEADER.pack(DTDR_MAGIC, FORMAT_VERSION, len(bitmaps), offset)
     parts.append(bytes(index))
     return b"".join(parts)
@@ -170,9 +177,10 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     A domain in at most ``_SMALL_SET`` datasets (the vast majority) gets one Roaring array
     container in the portable serialization with the run-container cookie (no container is a
     run, and under 4 containers the format has no offset header): 9 bytes + 2 per member,
-    where ``BitMap.serialize`` writes 16 + 2 per member (ADR 008). All of them are built at
-    once; larger sets are serialized by pyroaring (run containers for ranges of datasets).
-    Any portable Roaring reader (CRoaring, roaring-rs, Java) deserializes both.
+    where ``BitMap.serialize`` writes 16 + 2 per member (ADR 008). Larger sets are serialized
+    by pyroaring (run containers for ranges of datasets). Any portable Roaring reader
+    (CRoaring, roaring-rs, Java) deserializes both. Every distinct set is stored once: the
+    index entries of domains with the same datasets point at one bitmap (ADR 010).
     """
     pair_domain = np.asarray(pair_domain, dtype=np.int64)
     pair_dataset = np.asarray(pair_dataset, dtype=np.int64)
@@ -182,36 +190,52 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64)
     big = np.flatnonzero((card > _SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16)
                          if n_domains else np.zeros(0, bool))
-    big_bytes = [BitMap(pair_dataset[first[d] : first[d] + card[d]].tolist()).serialize() for d in big.tolist()]
-    sizes = _SMALL_HEADER + 2 * card
-    sizes[big] = [len(b) for b in big_bytes]
-    starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    index_offset = DTDR_HEADER.size + int(sizes.sum())
-    out = np.zeros(index_offset + DTDR_ENTRY.size * n_domains, dtype=np.uint8)
-    out[: DTDR_HEADER.size] = np.frombuffer(
-        DTDR_HEADER.pack(DTDR_MAGIC, FORMAT_VERSION, n_domains, index_offset), np.uint8)
     small = np.ones(n_domains, bool)
     small[big] = False
-    sd = np.flatnonzero(small)
-    head = np.zeros((len(sd), _SMALL_HEADER), dtype=np.uint8)
-    head[:, 0:4] = np.frombuffer(struct.pack("<I", _ROARING_RUN_COOKIE), np.uint8)  # 1 container
-    # head[:, 4] = 0: the run bitset (container 0 is not a run); head[:, 5:7] = 0: key 0
-    head[:, 7:9] = (card[sd] - 1).astype("<u2").view(np.uint8).reshape(-1, 2)  # cardinality - 1
-    out[(starts[sd][:, None] + np.arange(_SMALL_HEADER)).ravel()] = head.ravel()
+    # A small set as a row of its members, zero-padded: a member after the first is > 0, so the
+    # row alone identifies the set; its two u64 halves are the dedupe key.
+    rows = np.zeros((n_domains, _SMALL_SET), dtype="<u2")
     on_small = small[pair_domain]
     pd = pair_domain[on_small]
-    rank = np.flatnonzero(on_small) - first[pd]
-    vpos = starts[pd] + _SMALL_HEADER + 2 * rank
-    values = pair_dataset[on_small].astype("<u2").view(np.uint8).reshape(-1, 2)
-    out[vpos] = values[:, 0]
-    out[vpos + 1] = values[:, 1]
-    for d, data in zip(big.tolist(), big_bytes, strict=True):
-        out[starts[d] : starts[d] + len(data)] = np.frombuffer(data, np.uint8)
+    rows[pd, np.flatnonzero(on_small) - first[pd]] = pair_dataset[on_small]
+    sd = np.flatnonzero(small)
+    key = rows[sd].view("<u8")
+    order = np.lexsort((key[:, 1], key[:, 0]))
+    ks = key[order]
+    new_set = np.ones(len(sd), bool)
+    new_set[1:] = (ks[1:] != ks[:-1]).any(axis=1)
+    set_of = np.empty(len(sd), np.int64)
+    set_of[order] = np.cumsum(new_set) - 1
+    reps = sd[order[new_set]]  # one domain per distinct small set
+    rep_sizes = _SMALL_HEADER + 2 * card[reps]
+    rep_starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(rep_sizes)[:-1])).astype(np.int64)
+    small_end = DTDR_HEADER.size + int(rep_sizes.sum())
+    rep_bytes = np.zeros((len(reps), _SMALL_HEADER + 2 * _SMALL_SET), dtype=np.uint8)
+    rep_bytes[:, 0:4] = np.frombuffer(struct.pack("<I", _ROARING_RUN_COOKIE), np.uint8)  # 1 container
+    # rep_bytes[:, 4] = 0: the run bitset (container 0 is not a run); [:, 5:7] = 0: key 0
+    rep_bytes[:, 7:9] = (card[reps] - 1).astype("<u2").view(np.uint8).reshape(-1, 2)  # cardinality - 1
+    rep_bytes[:, 9:] = rows[reps].view(np.uint8)
+    section = rep_bytes[np.arange(rep_bytes.shape[1]) < rep_sizes[:, None]]  # row-major: rep by rep
+    starts = np.zeros(n_domains, np.int64)
+    sizes = _SMALL_HEADER + 2 * card
+    starts[sd] = rep_starts[set_of]
+    big_parts: list[bytes] = []
+    stored: dict[bytes, int] = {}
+    offset = small_end
+    for d in big.tolist():
+        data = BitMap(pair_dataset[first[d] : first[d] + card[d]].tolist()).serialize()
+        at = stored.get(data)
+        if at is None:
+            at = stored[data] = offset
+            big_parts.append(data)
+            offset += len(data)
+        starts[d], sizes[d] = at, len(data)
+    index_offset = offset
     entries = np.zeros(n_domains, dtype=[("start", "<u8"), ("len", "<u4")])
     entries["start"] = starts
     entries["len"] = sizes
-    out[index_offset:] = entries.view(np.uint8)
-    return out.tobytes()
+    return b"".join([DTDR_HEADER.pack(DTDR_MAGIC, FORMAT_VERSION, n_domains, index_offset),
+                     section.tobytes(), *big_parts, entries.tobytes()])
 
 
 def dtdr_entry(buf: bytes | memoryview, domain_id: int) -> tuple[int, int]:
