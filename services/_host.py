@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -21,10 +21,11 @@ from typing import Protocol
 import redis
 from prometheus_client import CollectorRegistry
 
-from crawlstream.bus import Bus
+from crawlstream.bus import Bus, Consumer
 from crawlstream.bus._factory import open_bus
 from crawlstream.events import EventCodec, EventProducer
 from crawlstream.redisconn import RedisHandle, open_redis
+from crawlstream.runtime import EventHandler, Flushable, ServiceLoop
 from crawlstream.settings import Settings
 
 __all__ = ["Host", "Runnable", "open_host", "run_standalone"]
@@ -63,6 +64,41 @@ class Host:
             if self._redis is None:
                 self._redis = self._redis_factory()
             return self._redis.client
+
+    def service_loop(
+        self,
+        service: str,
+        group: str,
+        topics: Sequence[str],
+        handler: EventHandler,
+        *,
+        producers: Sequence[Flushable] = (),
+        batch_size: int = 500,
+        poll_timeout_s: float | None = None,
+        consumer: Consumer | None = None,
+    ) -> ServiceLoop:
+        """A loop of consumer group ``group`` on this host's bus, codec, metrics and stop signal.
+
+        ``consumer``: the group's consumer when the handler needs it too. Dead letters go to a
+        producer of its own; offsets are committed at most every
+        ``bus.commit_interval_s`` (handlers make their batch durable in ``end_batch`` or
+        ``before_commit``, so a later commit only widens what a crash replays).
+        """
+        bus = self.settings.bus
+        return ServiceLoop(
+            service=service,
+            consumer=self.bus.consumer(group) if consumer is None else consumer,
+            topics=list(topics),
+            codec=self.codec,
+            handler=handler,
+            dlq_producer=self.bus.producer(),
+            producers=producers,
+            batch_size=batch_size,
+            poll_timeout_s=bus.poll_timeout_s if poll_timeout_s is None else poll_timeout_s,
+            commit_interval_s=bus.commit_interval_s,
+            registry=self.registry,
+            stop_event=self.stop_event,
+        )
 
     def event_producer(self) -> EventProducer:
         """A new producer of typed events (closed with the host)."""

@@ -29,7 +29,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.errors import BadDataError
 from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
 from crawlstream.links import decode_html
-from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore
@@ -169,22 +169,9 @@ def build(host: Host) -> LoopService:
     """Wire the service on ``<data_dir>/store`` (one writer process per store root)."""
     settings = host.settings
     store = ContentStore.from_settings(settings)
-    consumer = host.bus.consumer(GROUP)
     out = host.event_producer()
     handler = CompressHandler(store, out, max_body_bytes=settings.fetch.max_body_bytes)
-    loop = ServiceLoop(
-        service="bucket-compressor",
-        consumer=consumer,
-        topics=list(TOPICS),
-        codec=host.codec,
-        handler=handler,
-        dlq_producer=host.bus.producer(),
-        producers=[out],
-        batch_size=256,
-        poll_timeout_s=settings.bus.poll_timeout_s,
-        registry=host.registry,
-        stop_event=host.stop_event,
-    )
+    loop = host.service_loop("bucket-compressor", GROUP, TOPICS, handler, producers=[out], batch_size=256)
     return LoopService(loop, handler, on_close=store.close)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from crawlstream.bus import Consumer, Message, TopicPartition
 from crawlstream.dedupe import Deduper
 from crawlstream.events import DiscoveredUrl, EventProducer
-from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER
@@ -101,19 +101,7 @@ def build(host: Host) -> LoopService:
     consumer = host.bus.consumer(GROUP)
     out = host.event_producer()
     handler = DedupeHandler(Deduper.from_settings(settings), consumer, out, settings.dedupe.snapshot_interval_s)
-    loop = ServiceLoop(
-        service="deduper",
-        consumer=consumer,
-        topics=list(TOPICS),
-        codec=host.codec,
-        handler=handler,
-        dlq_producer=host.bus.producer(),
-        producers=[out],
-        poll_timeout_s=settings.bus.poll_timeout_s,
-        commit_interval_s=settings.bus.commit_interval_s,
-        registry=host.registry,
-        stop_event=host.stop_event,
-    )
+    loop = host.service_loop("deduper", GROUP, TOPICS, handler, producers=[out], consumer=consumer)
     return LoopService(loop, handler, on_close=handler.snapshot)
 
 

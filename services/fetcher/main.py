@@ -24,7 +24,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.politeness import ReplayFence
-from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
@@ -203,7 +203,6 @@ def replay_fence(host: Host, out: EventProducer) -> ReplayFence | None:
 
 def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> LoopService:
     settings = host.settings
-    consumer = host.bus.consumer(GROUP)
     out = host.event_producer()
     handler = FetchHandler(
         Fetcher.from_settings(settings, resolve_map=resolve_map),
@@ -212,19 +211,14 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         wait_s=min(settings.bus.poll_timeout_s, 0.2),
         fence=replay_fence(host, out),
     )
-    loop = ServiceLoop(
-        service="fetcher",
-        consumer=consumer,
-        topics=list(TOPICS),
-        codec=host.codec,
-        handler=handler,
-        dlq_producer=host.bus.producer(),
+    loop = host.service_loop(
+        "fetcher",
+        GROUP,
+        TOPICS,
+        handler,
         producers=[out],
         batch_size=settings.fetch.concurrency,
         poll_timeout_s=min(settings.bus.poll_timeout_s, 0.2),
-        commit_interval_s=settings.bus.commit_interval_s,
-        registry=host.registry,
-        stop_event=host.stop_event,
     )
     return LoopService(loop, handler, on_close=handler.close)
 

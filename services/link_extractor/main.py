@@ -17,7 +17,7 @@ from crawlstream.bus import Message
 from crawlstream.errors import BadDataError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchResult
 from crawlstream.links import RecentUrls, Scope, extract_links
-from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED
@@ -118,19 +118,7 @@ def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LoopS
     )
     out = host.event_producer()
     handler = LinkHandler(out, Scope.from_settings(settings, domains), settings.fetch.max_body_bytes, host.registry)
-    loop = ServiceLoop(
-        service="link-extractor",
-        consumer=host.bus.consumer(GROUP),
-        topics=list(TOPICS),
-        codec=host.codec,
-        handler=handler,
-        dlq_producer=host.bus.producer(),
-        producers=[out],
-        poll_timeout_s=settings.bus.poll_timeout_s,
-        commit_interval_s=settings.bus.commit_interval_s,
-        registry=host.registry,
-        stop_event=host.stop_event,
-    )
+    loop = host.service_loop("link-extractor", GROUP, TOPICS, handler, producers=[out])
     return LoopService(loop, handler)
 
 

@@ -203,18 +203,7 @@ def build(host: Host, *, instance: str | None = None) -> ParquetSinkService:
     finally:
         for log in adopted:
             log.close()
-    loop = ServiceLoop(
-        service="parquet-sink",
-        consumer=host.bus.consumer(GROUP),
-        topics=list(TOPICS),
-        codec=host.codec,
-        handler=handler,
-        dlq_producer=host.bus.producer(),
-        batch_size=2000,
-        poll_timeout_s=settings.bus.poll_timeout_s,
-        registry=host.registry,
-        stop_event=host.stop_event,
-    )
+    loop = host.service_loop("parquet-sink", GROUP, TOPICS, handler, batch_size=2000)
     return ParquetSinkService(loop, handler, staging)
 
 

@@ -15,7 +15,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
 from crawlstream.frontier import FrontierEntry
 from crawlstream.politeness import FetchOutcome, Scheduler
-from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
+from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS, URLS_FRONTIER
@@ -144,18 +144,8 @@ def build(host: Host) -> LoopService:
         # fsync policy 'never' trades power-loss safety for speed everywhere, frontier included
         sync_frontier=settings.bus.fsync != "never",
     )
-    loop = ServiceLoop(
-        service="scheduler",
-        consumer=host.bus.consumer(GROUP),
-        topics=list(TOPICS),
-        codec=host.codec,
-        handler=handler,
-        dlq_producer=host.bus.producer(),
-        producers=[out],
-        poll_timeout_s=min(settings.bus.poll_timeout_s, 0.1),
-        commit_interval_s=settings.bus.commit_interval_s,
-        registry=host.registry,
-        stop_event=host.stop_event,
+    loop = host.service_loop(
+        "scheduler", GROUP, TOPICS, handler, producers=[out], poll_timeout_s=min(settings.bus.poll_timeout_s, 0.1)
     )
     return LoopService(loop, handler)
 
