@@ -173,11 +173,11 @@ class QueryApi:
         domain = reduce_to_domain(request.match_info["domain"])
 
         def work(idx: PinnedIndex) -> dict[str, Any]:
-            found = idx.datasets_for_domain(domain)
-            visible = [d for d in found or () if grant.allows(d.dataset_id)]
+            domain_id = idx.domain_id(domain)
+            found = idx.datasets_for_domain_id(domain, domain_id) if domain_id is not None else ()
+            visible = [d for d in found if grant.allows(d.dataset_id)]
             if not visible:
                 raise ApiError(404, "unknown_domain", f"no dataset (visible to you) contains domain {domain!r}")
-            domain_id = idx.domain_id(domain)
             return {
                 "domain": domain,
                 "domain_id": domain_id,
