@@ -60,6 +60,19 @@ def test_incremental_and_compacted_builds_answer_like_a_full_rebuild(tmp_path: P
     reader.close()
 
 
+def test_a_version_in_an_older_postings_format_is_rebuilt_in_full(tmp_path: Path) -> None:
+    builder = IndexBuilder(tmp_path, shards=3)
+    _write(tmp_path, _batch(40, 1))
+    first = builder.build()
+    manifest = read_manifest(tmp_path)
+    assert first.version and manifest is not None
+    postings = tmp_path / manifest.current().files["postings"]
+    postings.write_bytes(b"PST3\x03\x00\x00\x00" + postings.read_bytes()[8:])  # as an older build wrote it
+    _write(tmp_path, _batch(10, 2))
+    second = builder.build()
+    assert second.rows_scanned == 50  # every file scanned again, not only the new ones
+
+
 def test_build_without_new_files_writes_no_version(tmp_path: Path) -> None:
     builder = IndexBuilder(tmp_path, shards=2)
     _write(tmp_path, _batch(10, 1))

@@ -53,6 +53,7 @@ from crawlstream.index._formats import (
     encode_files,
     encode_postings,
     inline_segments,
+    is_current_postings,
     postings_block,
     postings_block_of,
     run_row_starts,
@@ -196,6 +197,9 @@ class IndexBuilder:
         started = time.perf_counter()
         manifest = read_manifest(self.root)
         prev = manifest.current() if manifest and not full else None
+        if prev is not None and not self._current_format(prev):
+            logger.info("index version %s has an older postings format: building a full version", prev.version)
+            prev = None
         prev_files: list[FileEntry] = self._load_files(prev) if prev else []
         prev_retired: set[str] = set(prev.stats.get("retired", [])) if prev else set()
         known = {f.path for f in prev_files}
@@ -333,6 +337,11 @@ class IndexBuilder:
             ).slice(s.row_start, s.row_count)
             seen.update(zip(*(table.column(i).to_pylist() for i in range(4)), strict=True))
         return len(seen)
+
+    def _current_format(self, info: VersionInfo) -> bool:
+        """An incremental build extends only a version whose postings this code decodes."""
+        with open(self.root / info.files["postings"], "rb") as fh:
+            return is_current_postings(fh.read(8))
 
     def _load_files(self, info: VersionInfo) -> list[FileEntry]:
         data = (self.root / info.files["files_tsv"]).read_bytes()

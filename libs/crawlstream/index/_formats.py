@@ -12,12 +12,15 @@ Files of one version (``index/<version>/``):
   into blocks by ``int(hh, 16) % blocks`` (every row of a lake file then sits in one block) and
   sorted by ``(domain_id, dataset_id, file_id)``; since a file is sorted by domain, a run's
   first row is the sum of the rows of the same file's earlier runs, so row offsets are never
-  stored. Layout: ``[PST3][ver=3:u32][blocks:u32][0:u32]``, ``blocks + 1`` u64 block offsets,
-  then the blocks. A block is ``[n_runs:u32][n_multi:u32][crc32:u32]`` + zstd of four u32
-  columns (domain_id delta-coded, dataset_id, file_id, rows) and the exact distinct URL
-  count of every (domain, dataset) with more than one run (``n_multi`` x {first run index,
-  count}), each column byte-transposed (its 4 byte planes one after another) so zstd sees
-  the long runs of zero high bytes.
+  stored. Layout: ``[PST4][ver=4:u32][blocks:u32][0:u32]``, ``blocks + 1`` u64 block offsets,
+  then the blocks. A block is ``[n_runs:u32][n_multi:u32][n_files:u32][crc32:u32]`` + zstd
+  of u32 columns: the block's file table (file_id, dataset_id; sorted by dataset, file),
+  then per run the domain_id delta, the file's table index as a delta from the domain's
+  previous run (absolute for a domain's first run: a domain's runs go up the table), rows;
+  then the exact distinct URL count of every (domain, dataset) with more than one run
+  (``n_multi`` x {first run index, count}). A run's dataset is its file's (ADR 010). Each
+  column is byte-transposed (its 4 byte planes one after another) so zstd sees the long
+  runs of zero high bytes.
 * ``files.tsv.zst`` — the files registry (see :class:`FileEntry`).
 
 All integers little-endian.
@@ -55,20 +58,20 @@ __all__ = [
     "encode_files",
     "encode_postings",
     "inline_segments",
+    "is_current_postings",
     "postings_block",
     "run_row_starts",
 ]
 
 DTDR_MAGIC = b"DTDR"
-PST_MAGIC = b"PST3"
+PST_MAGIC = b"PST4"
 FORMAT_VERSION = 1
-PST_VERSION = 3
+PST_VERSION = 4
 
 DTDR_HEADER = struct.Struct("<4sIQQ")  # magic, ver, N_domains, index_offset
 DTDR_ENTRY = struct.Struct("<QI")  # bitmap_start, bitmap_len
 PST_HEADER = struct.Struct("<4sIII")  # magic, ver, blocks, reserved
-BLOCK_HEADER = struct.Struct("<III")  # n_runs, n_multi, crc32 of the compressed body
-_RUN_COLUMNS = 4
+BLOCK_HEADER = struct.Struct("<IIII")  # n_runs, n_multi, n_files, crc32 of the compressed body
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,31 +283,47 @@ def _unshuffle(data: bytes, n: int) -> Any:
 def encode_block(runs: Runs, *, level: int) -> bytes:
     """One postings block (see the module docstring); ``runs`` sorted, domain ids ascending."""
     n, m = len(runs), len(runs.multi_first)
-    deltas = np.diff(np.asarray(runs.domain_id, dtype=np.int64), prepend=0)
-    cols = [deltas, runs.dataset_id, runs.file_id, runs.rows, runs.multi_first, runs.multi_count]
+    did = np.asarray(runs.domain_id, dtype=np.int64)
+    ds, fid = np.asarray(runs.dataset_id, np.int64), np.asarray(runs.file_id, np.int64)
+    order = np.lexsort((fid, ds))
+    new_file = np.ones(n, bool)
+    new_file[1:] = (np.diff(ds[order]) != 0) | (np.diff(fid[order]) != 0)
+    local = np.empty(n, np.int64)
+    local[order] = np.cumsum(new_file) - 1
+    table_file, table_dataset = fid[order[new_file]], ds[order[new_file]]
+    step = np.diff(local, prepend=0)  # u32 wrap-around keeps any order exact
+    first = np.diff(did, prepend=-1) != 0
+    step[first] = local[first]
+    cols = [table_file, table_dataset, np.diff(did, prepend=0), step, runs.rows, runs.multi_first, runs.multi_count]
     body = zstandard.ZstdCompressor(level=level).compress(b"".join(_shuffle(c) for c in cols))
-    return BLOCK_HEADER.pack(n, m, zlib.crc32(body)) + body
+    return BLOCK_HEADER.pack(n, m, len(table_file), zlib.crc32(body)) + body
 
 
 def decode_block(data: bytes | memoryview) -> Runs:
     """Inverse of :func:`encode_block`; ChecksumMismatch if the block is damaged."""
     if len(data) < BLOCK_HEADER.size:
         raise ChecksumMismatch(f"postings block of {len(data)} bytes is too short; rebuild the index version")
-    n, m, crc = BLOCK_HEADER.unpack_from(data, 0)
+    n, m, k, crc = BLOCK_HEADER.unpack_from(data, 0)
     body = bytes(data[BLOCK_HEADER.size :])
     if zlib.crc32(body) != crc:
         raise ChecksumMismatch(
             "postings block CRC mismatch; the index version is corrupt: rebuild with `crawlstream index build --full`"
         )
-    raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=4 * (_RUN_COLUMNS * n + 2 * m))
-    if len(raw) != 4 * (_RUN_COLUMNS * n + 2 * m):
+    size = 4 * (2 * k + 3 * n + 2 * m)
+    raw = zstandard.ZstdDecompressor().decompress(body, max_output_size=size)
+    if len(raw) != size:
         raise ChecksumMismatch(f"postings block declares {n} runs but holds {len(raw)} bytes")
     cols = []
     pos = 0
-    for k in (n, n, n, n, m, m):
-        cols.append(_unshuffle(raw[pos : pos + 4 * k], k))
-        pos += 4 * k
-    return Runs(np.cumsum(cols[0]), cols[1], cols[2], cols[3], cols[4], cols[5])
+    for count in (k, k, n, n, n, m, m):
+        cols.append(_unshuffle(raw[pos : pos + 4 * count], count))
+        pos += 4 * count
+    table_file, table_dataset, deltas, step, rows, multi_first, multi_count = cols
+    did = np.cumsum(deltas)
+    first = np.flatnonzero(np.diff(did, prepend=-1) != 0)
+    acc = np.cumsum(step)
+    local = (acc - np.repeat(acc[first] - step[first], np.diff(np.append(first, n)))) & 0xFFFFFFFF
+    return Runs(did, table_dataset[local], table_file[local], rows, multi_first, multi_count)
 
 
 def encode_postings(blocks: Sequence[bytes]) -> bytes:
@@ -315,11 +334,16 @@ def encode_postings(blocks: Sequence[bytes]) -> bytes:
                      struct.pack(f"<{len(offsets)}Q", *offsets), *blocks])
 
 
+def is_current_postings(head: bytes) -> bool:
+    """Whether a ``postings.bin`` starting with ``head`` (>= 8 bytes) has this code's format."""
+    return head[:4] == PST_MAGIC and struct.unpack_from("<I", head, 4)[0] == PST_VERSION
+
+
 def postings_block(buf: bytes | memoryview | Any, block: int) -> bytes:
     """The bytes of block ``block`` of a ``postings.bin`` buffer (mmap, bytes)."""
     magic, ver, n, _ = PST_HEADER.unpack_from(buf, 0)
-    if magic != PST_MAGIC or ver != PST_VERSION:
-        raise ChecksumMismatch(f"expected a PST3 postings file, found magic {magic!r} version {ver}; "
+    if not is_current_postings(bytes(buf[:8])):
+        raise ChecksumMismatch(f"expected a PST4 postings file, found magic {magic!r} version {ver}; "
                                "rebuild with `crawlstream index build --full`")
     if not 0 <= block < n:
         raise IndexError(block)
