@@ -56,6 +56,7 @@ from crawlstream.api._inputs import (
 from crawlstream.api._metrics import ApiMetrics
 from crawlstream.api._openapi import openapi_document
 from crawlstream.errors import TransientError
+from crawlstream.index import NotCached
 
 if TYPE_CHECKING:
     from crawlstream.index import IndexReader, PinnedIndex
@@ -132,9 +133,9 @@ class QueryApi:
             )
         return grant
 
-    def _pinned(self, work: Callable[[PinnedIndex], dict[str, Any]]) -> _Result:
+    def _pinned(self, work: Callable[[PinnedIndex], dict[str, Any]], cached_only: bool = False) -> _Result:
         """Run ``work`` on one pinned version and encode its answer (on the calling thread)."""
-        with self.reader.pin() as idx:
+        with self.reader.pin(cached_only=cached_only) as idx:
             try:
                 doc = work(idx)
             except ApiError as exc:
@@ -146,14 +147,19 @@ class QueryApi:
     async def _run(
         self, request: web.Request, work: Callable[[PinnedIndex], dict[str, Any]], *, reads_lake: bool
     ) -> web.Response:
-        """``reads_lake``: the work may read Parquet (possibly from disk): run it on the pool."""
+        """``reads_lake``: the work may read Parquet (possibly from disk). It runs on the loop if
+        every row group it needs is cached (a thread hop costs more than such a page), else on
+        the pool, pinning the then current version."""
         try:
             if self.executor is None or not reads_lake:
                 result = self._pinned(work)
             else:
-                loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(self.executor, self._pinned, work)
-                result = await asyncio.wait_for(future, self.request_timeout_s)
+                try:
+                    result = self._pinned(work, cached_only=True)
+                except NotCached:
+                    loop = asyncio.get_running_loop()
+                    future = loop.run_in_executor(self.executor, self._pinned, work)
+                    result = await asyncio.wait_for(future, self.request_timeout_s)
         except TimeoutError:
             self.metrics.timeouts.inc()
             raise ApiError(

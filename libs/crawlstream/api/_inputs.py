@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from crawlstream.errors import InvalidUrl
 from crawlstream.urls import CanonicalUrl, canonicalize
@@ -114,14 +115,28 @@ def query_param(query: object, name: str) -> str | None:
     return _single(query, name)
 
 
-def format_ts(ts_ms: int | None) -> str | None:
-    """ISO 8601 UTC with milliseconds (``2024-06-14T10:00:00.000Z``), or None when unknown."""
-    if ts_ms is None:
-        return None
+@lru_cache(maxsize=4096)
+def _day(days: int) -> str | None:
     try:
-        return (_EPOCH + timedelta(milliseconds=ts_ms)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return (_EPOCH + timedelta(days=days)).strftime("%Y-%m-%dT")
     except OverflowError:
         return None
+
+
+def format_ts(ts_ms: int | None) -> str | None:
+    """ISO 8601 UTC with milliseconds (``2024-06-14T10:00:00.000Z``), or None when unknown or
+    out of range. The date is cached per day and the time is integer arithmetic: a page formats
+    100 of these (~4 µs each through datetime + strftime)."""
+    if ts_ms is None:
+        return None
+    days, ms = divmod(ts_ms, 86_400_000)
+    day = _day(days)
+    if day is None:
+        return None
+    s, ms = divmod(ms, 1000)
+    m, s = divmod(s, 60)
+    h, m = divmod(m, 60)
+    return f"{day}{h:02d}:{m:02d}:{s:02d}.{ms:03d}Z"
 
 
 def _preview(raw: str, limit: int = 80) -> str:

@@ -53,7 +53,7 @@ from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo, in
 from crawlstream.lake import host_prefix, segment_rows
 from crawlstream.urls import domain_prefix
 
-__all__ = ["DatasetCount", "IndexReader", "PinnedIndex", "UrlItem", "UrlPage"]
+__all__ = ["DatasetCount", "IndexReader", "NotCached", "PinnedIndex", "UrlItem", "UrlPage"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,11 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 ROW_COLUMNS = ["scheme", "host_prefix", "port", "path_query", "ts"]
+DICT_COLUMNS = ["scheme", "host_prefix"]
+
+
+class NotCached(Exception):
+    """A ``cached_only`` pin needed a row group that is not in the reader's cache."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,30 +89,44 @@ class UrlPage:
 
 
 class _Lru(Generic[K, V]):
-    def __init__(self, capacity: int) -> None:
+    """A thread-safe LRU bounded by entries and, with ``weigh``, by the sum of the values' weights."""
+
+    def __init__(self, capacity: int, *, budget: int = 0, weigh: Callable[[V], int] | None = None) -> None:
         self.capacity = capacity
-        self._data: OrderedDict[K, V] = OrderedDict()
+        self.budget = budget
+        self._weigh = weigh
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._weight = 0
         self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            found = self._data.get(key)
+            if found is None:
+                return None
+            self._data.move_to_end(key)
+            return found[0]
 
     def get_or_load(self, key: K, load: Callable[[], V]) -> V:
         with self._lock:
-            if key in self._data:
+            found = self._data.get(key)
+            if found is not None:
                 self._data.move_to_end(key)
-                return self._data[key]
+                return found[0]
         value = load()
+        weight = self._weigh(value) if self._weigh is not None else 0
         with self._lock:
-            self._data[key] = value
-            while len(self._data) > self.capacity:
-                self._data.popitem(last=False)
+            old = self._data.pop(key, None)  # another thread may have loaded it meanwhile
+            self._weight += weight - (old[1] if old is not None else 0)
+            self._data[key] = (value, weight)
+            while len(self._data) > self.capacity or (self._weigh is not None and self._weight > self.budget):
+                self._weight -= self._data.popitem(last=False)[1][1]
         return value
-
-    def peek(self, key: K) -> V | None:
-        with self._lock:
-            return self._data.get(key)
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._weight = 0
 
 
 def _map(path: Path) -> mmap.mmap | None:
@@ -274,21 +293,35 @@ class _Version:
 class IndexReader:
     """Opens the current index version under ``<root>/index`` and hands out pins."""
 
-    def __init__(self, root: Path, *, parquet_files_cached: int = 256, row_groups_cached: int = 64) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        parquet_files_cached: int = 256,
+        row_groups_cached: int = 4096,
+        row_group_cache_bytes: int = 128 << 20,
+    ) -> None:
         self.root = Path(root)
+        self._lake_root = str(self.root)
         self._manifest_path = str(index_dir(self.root) / MANIFEST_NAME)  # stat'ed per pin: no Path ops
         self._lock = threading.Lock()
         self._manifest_stat: tuple[int, int, int] | None = None
         self._current: _Version | None = None
         self._versions: dict[str, _Version] = {}
         self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
-        self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(row_groups_cached)
+        self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(
+            row_groups_cached, budget=row_group_cache_bytes, weigh=lambda t: t.nbytes
+        )
         self._pairs: _Lru[tuple[str, int, int], tuple[int, bool, list[Segment], list[int]] | None] = _Lru(4096)
         self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
 
     @classmethod
     def from_settings(cls, settings: Any) -> IndexReader:
-        return cls(settings.data_dir, row_groups_cached=settings.index.row_groups_cached)
+        return cls(
+            settings.data_dir,
+            row_groups_cached=settings.index.row_groups_cached,
+            row_group_cache_bytes=settings.index.row_group_cache_mb << 20,
+        )
 
     # -- versions ----------------------------------------------------------------------
 
@@ -327,11 +360,14 @@ class IndexReader:
             self._versions.pop(v.version, None)
             v.close()
 
-    def pin(self) -> PinnedIndex:
+    def pin(self, *, cached_only: bool = False) -> PinnedIndex:
+        """The current version, pinned. ``cached_only``: the pin raises :class:`NotCached` instead
+        of reading a row group that is not cached (the API answers such a request on the event
+        loop, where a Parquet read would block it, and retries a miss on its thread pool)."""
         with self._lock:
             v = self._refresh()
             v.refs += 1
-        return PinnedIndex(self, v)
+        return PinnedIndex(self, v, cached_only)
 
     def _unpin(self, v: _Version) -> None:
         with self._lock:
@@ -351,7 +387,10 @@ class IndexReader:
 
     def _row_group(self, rel: str, rg: int) -> pa.Table:
         def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
-            return pq.ParquetFile(self.root / rel, pre_buffer=False), threading.Lock()
+            # an open file (not a path: no filesystem resolution); the few-valued string
+            # columns stay dictionaries (16k rows decode to 16k indices, not 16k strings)
+            source = pa.OSFile(os.path.join(self._lake_root, rel))
+            return pq.ParquetFile(source, pre_buffer=False, read_dictionary=DICT_COLUMNS), threading.Lock()
 
         def load() -> pa.Table:
             pf, lock = self._parquet.get_or_load(rel, load_file)
@@ -364,9 +403,10 @@ class IndexReader:
 class PinnedIndex:
     """One version of the index, fixed for the life of this object (a request)."""
 
-    def __init__(self, reader: IndexReader, version: _Version) -> None:
+    def __init__(self, reader: IndexReader, version: _Version, cached_only: bool = False) -> None:
         self._reader = reader
         self._v = version
+        self._cached_only = cached_only
         self._released = False
 
     def __enter__(self) -> PinnedIndex:
@@ -433,9 +473,18 @@ class PinnedIndex:
         count, fragmented, segs, starts = found
         return did, count, fragmented, segs, starts
 
+    def _table(self, s: Segment) -> pa.Table:
+        """The decoded row group holding segment ``s``."""
+        key = (self._v.files[s.file_id].path, s.row_group)
+        if not self._cached_only:
+            return self._reader._row_group(*key)
+        table = self._reader._row_groups.get(key)
+        if table is None:
+            raise NotCached(key[0])
+        return table
+
     def _rows(self, s: Segment, domain: str) -> list[tuple[int, str, int | None]]:
-        rel = self._v.files[s.file_id].path
-        return segment_rows(self._reader._row_group(rel, s.row_group), s.row_start, s.row_count, domain)
+        return segment_rows(self._table(s), s.row_start, s.row_count, domain)
 
     def _merged(
         self, domain: str, did: int, dataset_id: int, segs: list[Segment]
@@ -468,8 +517,7 @@ class PinnedIndex:
             while i < len(segs) and len(rows) < limit:
                 s = segs[i]
                 take = min(s.row_count - skip, limit - len(rows))
-                rel = self._v.files[s.file_id].path
-                rows += segment_rows(self._reader._row_group(rel, s.row_group), s.row_start + skip, take, domain)
+                rows += segment_rows(self._table(s), s.row_start + skip, take, domain)
                 skip = 0
                 i += 1
         end = offset + len(rows)
@@ -514,8 +562,7 @@ class PinnedIndex:
         return [segs[lo - 1]] if lo else []
 
     def _segment_has(self, s: Segment, canon: Any) -> bool:
-        rel = self._v.files[s.file_id].path
-        t = self._reader._row_group(rel, s.row_group).slice(s.row_start, s.row_count)
+        t = self._table(s).slice(s.row_start, s.row_count)
         hits = pc.indices_nonzero(pc.equal(t.column("path_query"), pa.scalar(canon.path_query)))
         if len(hits) == 0:
             return False  # one vectorised compare keeps a miss cheap

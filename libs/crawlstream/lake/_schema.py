@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from crawlstream.urls import canonical_url_key, compose_key, domain_checksum, fnv1a_64
+from crawlstream.urls import KEY_HASH_MASK, canonical_url_key, compose_key, domain_checksum, fnv1a_64
 
 __all__ = [
     "DERIVED_SQL",
@@ -94,8 +94,8 @@ derive_url_key = canonical_url_key
 
 def derive_url_keys(domain: str, urls: list[str]) -> list[int]:
     """:func:`derive_url_key` of many URLs of one domain (a page): the checksum is taken once."""
-    checksum = domain_checksum(domain)
-    return [compose_key(checksum, fnv1a_64(u.encode("utf-8"))) for u in urls]
+    high = compose_key(domain_checksum(domain), 0)  # the key's checksum bits, the same for every URL
+    return [high | (fnv1a_64(u.encode("utf-8")) & KEY_HASH_MASK) for u in urls]
 
 
 def register_duckdb(con: Any) -> None:

@@ -244,7 +244,13 @@ class IndexSettings:
         check=positive,
     )
     row_groups_cached: int = setting(
-        64, "decoded Parquet row groups a reader keeps in its LRU cache", check=positive
+        4096, "most decoded Parquet row groups a reader keeps in its LRU cache", check=positive
+    )
+    row_group_cache_mb: int = setting(
+        128,
+        "memory budget (MiB) of that cache, by the decoded tables' size: a page whose row groups are "
+        "cached is served on the API's event loop, others read Parquet on its thread pool",
+        check=positive,
     )
     build_interval_s: float = setting(
         30.0, "index-compactor: seconds between incremental builds (new lake files become visible)", check=positive

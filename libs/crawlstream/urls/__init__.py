@@ -7,6 +7,7 @@ vectors in schemas/test-vectors/url_keys.json.
 from ._canonical import MAX_HOST_LENGTH, MAX_URL_LENGTH, CanonicalUrl, canonicalize
 from ._domains import registered_domain, registered_domain_or_host
 from ._hashing import (
+    KEY_HASH_MASK,
     domain_checksum,
     domain_prefix,
     fnv1a_64,
@@ -17,6 +18,7 @@ from ._hashing import (
 from ._keys import canonical_url_key, compose_key, url_key, url_keys
 
 __all__ = [
+    "KEY_HASH_MASK",
     "MAX_HOST_LENGTH",
     "MAX_URL_LENGTH",
     "CanonicalUrl",
