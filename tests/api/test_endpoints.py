@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from yarl import URL
 
 from crawlstream.index import IndexReader
 from crawlstream.urls import url_key
-from tests.api._lake import BIG, DATASETS, expected_urls, run_client
+from tests.api._lake import BIG, DATASETS, TS_MS, expected_urls, run_client
 
 Client = TestClient[Any, Any]
 
@@ -329,3 +330,18 @@ def test_the_event_loop_mode_serves_the_same_answers(reader: IndexReader) -> Non
     pooled = run_client(reader, go, executor_threads=2)
     assert inline[:2] == pooled[:2]
     assert [i["url"] for i in inline[1]["items"]] == expected_urls("example.co.uk", 2)
+
+
+def test_page_items_encode_to_the_json_of_their_dicts() -> None:
+    """Items are written without a dict per item (``_items_json``): same JSON as ``json.dumps`` of dicts."""
+    from crawlstream.api._app import _encode, _items_json
+
+    rows = [(1, 'https://a.com/"q"\\\u2028ü', None), (2**62, "https://a.com/", TS_MS), (3, "https://b.com/", 10**20)]
+    assert json.loads(_encode({"items": _items_json(rows), "next_offset": None})) == {
+        "items": [
+            {"url_key": 1, "url": rows[0][1], "ts": None},
+            {"url_key": 2**62, "url": "https://a.com/", "ts": "2024-06-14T10:00:00.000Z"},
+            {"url_key": 3, "url": "https://b.com/", "ts": None},  # out of range: unknown
+        ],
+        "next_offset": None,
+    }

@@ -32,11 +32,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -87,8 +88,29 @@ class _Result:
         self.version = version
 
 
+class RawJson(str):
+    """Already-encoded JSON text: :func:`_encode` inserts it as is."""
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _encode(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
+    """``doc`` as compact JSON; a :class:`RawJson` value (the long lists of an answer, written by
+    the handlers without a dict per element) goes in as is."""
+    fields = [f"{_dumps(k)}:{v if type(v) is RawJson else _dumps(v)}" for k, v in doc.items()]
+    return ("{" + ",".join(fields) + "}").encode()
+
+
+def _ts_json(ts_ms: int | None) -> str:
+    ts = format_ts(ts_ms)
+    return "null" if ts is None else f'"{ts}"'  # ASCII digits and punctuation: nothing to escape
+
+
+def _items_json(rows: list[tuple[int, str, int | None]]) -> RawJson:
+    """A page's items as JSON, with ``json.dumps``'s string escaping (~3x faster than dicts + dumps)."""
+    esc = encode_basestring_ascii
+    return RawJson("[" + ",".join([f'{{"url_key":{k},"url":{esc(u)},"ts":{_ts_json(t)}}}' for k, u, t in rows]) + "]")
 
 
 class QueryApi:
@@ -184,11 +206,8 @@ class QueryApi:
             visible = [d for d in found if grant.allows(d.dataset_id)]
             if not visible:
                 raise ApiError(404, "unknown_domain", f"no dataset (visible to you) contains domain {domain!r}")
-            return {
-                "domain": domain,
-                "domain_id": domain_id,
-                "datasets": [{"dataset_id": d.dataset_id, "url_count": d.url_count} for d in visible],
-            }
+            datasets = ",".join([f'{{"dataset_id":{ds},"url_count":{n}}}' for ds, n in visible])
+            return {"domain": domain, "domain_id": domain_id, "datasets": RawJson(f"[{datasets}]")}
 
         return await self._run(request, work, reads_lake=False)
 
@@ -210,7 +229,7 @@ class QueryApi:
                 "domain": domain,
                 "dataset_id": dataset_id,
                 "total": page.total,
-                "items": [{"url_key": i.url_key, "url": i.url, "ts": format_ts(i.ts_ms)} for i in page.items],
+                "items": _items_json(page.rows),
                 "next_offset": page.next_offset,
             }
 
@@ -264,8 +283,8 @@ _REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("crawlstream_metrics_r
 
 
 def _request_id(request: web.Request) -> str:
-    given = request.headers.get(REQUEST_ID_HEADER, "")
-    return given if _REQUEST_ID_OK.fullmatch(given) else uuid.uuid4().hex[:16]
+    given = request.headers.get(REQUEST_ID_HEADER)
+    return given if given and _REQUEST_ID_OK.fullmatch(given) else os.urandom(8).hex()
 
 
 def _error(status: int, code: str, message: str, request_id: str, version: str | None) -> web.Response:

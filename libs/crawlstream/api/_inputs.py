@@ -46,6 +46,7 @@ def _bad(code: str, message: str) -> ApiError:
     return ApiError(400, code, message)
 
 
+@lru_cache(maxsize=4096)  # pure; rejections raise and are not cached
 def reduce_to_domain(raw: str) -> str:
     """The registered domain (eTLD+1, lowercase punycode) of a host or URL a client typed.
 

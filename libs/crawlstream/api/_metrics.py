@@ -33,11 +33,18 @@ class ApiMetrics:
             "requests that ended in a 500 (bugs: see the log by request id)",
             registry=registry,
         )
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.timeouts = Counter(
             "crawlstream_api_timeouts", "requests whose index work exceeded request_timeout_s", registry=registry
         )
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        code = str(status)
-        self.requests.labels(route, method, code).inc()
-        self.latency.labels(route, code).observe(seconds)
+        children = self._children.get((route, method, status))
+        if children is None:  # labels() validates and locks on every call: look each series up once
+            code = str(status)
+            children = self._children[(route, method, status)] = (
+                self.requests.labels(route, method, code),
+                self.latency.labels(route, code),
+            )
+        children[0].inc()
+        children[1].observe(seconds)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -68,8 +68,7 @@ class NotCached(Exception):
     """A ``cached_only`` pin needed a row group that is not in the reader's cache."""
 
 
-@dataclass(frozen=True, slots=True)
-class DatasetCount:
+class DatasetCount(NamedTuple):  # a tuple: ~4x cheaper to make than a frozen dataclass
     dataset_id: int
     url_count: int
 
@@ -83,9 +82,16 @@ class UrlItem:
 
 @dataclass(frozen=True, slots=True)
 class UrlPage:
+    """A page; ``rows`` are the items as plain ``(url_key, url, ts_ms)`` tuples (the API encodes
+    those directly: 100 frozen dataclasses cost ~70 µs more than the tuples)."""
+
     total: int
-    items: list[UrlItem]
+    rows: list[tuple[int, str, int | None]]
     next_offset: int | None
+
+    @property
+    def items(self) -> list[UrlItem]:
+        return [UrlItem(k, u, t) for k, u, t in self.rows]
 
 
 class _Lru(Generic[K, V]):
@@ -521,8 +527,7 @@ class PinnedIndex:
                 skip = 0
                 i += 1
         end = offset + len(rows)
-        items = [UrlItem(k, u, t) for k, u, t in rows]
-        return UrlPage(total, items, end if end < total and rows else None)
+        return UrlPage(total, rows, end if end < total and rows else None)
 
     def lookup_url(self, url: str) -> list[int]:
         """Dataset ids holding the canonical form of ``url`` (InvalidUrl if it has none).
