@@ -107,7 +107,7 @@ class UnsupportedFormat(BadDataError):
     """Bytes written by another (older) version of the store layout: never read as data."""
 
 
-def content_hash(body: bytes) -> bytes:
+def content_hash(body: bytes | memoryview) -> bytes:
     """xxh3_128 of the raw body: the dedupe key (16 bytes)."""
     return xxhash.xxh3_128_digest(body)
 

@@ -86,7 +86,7 @@ _TRAIN_K = 2048
 _TRAIN_LEVEL = 19
 _GROUP_TIERS = ("cold", "archive")  # tiers written as group records (several pages per zstd frame)
 _MAX_MEMBER_BODY = 0xFFFFFFFF  # a group member's body size is a u32; larger bodies stay single records
-_GROUP_READ_SLICE = 16 * 1024  # compressed bytes fed per step when reading a group up to one member
+_GROUP_READ_SLICE = 16 * 1024  # compressed bytes fed per step when salvaging the members of a damaged group frame
 
 
 @dataclass
@@ -378,36 +378,39 @@ class ContentStore:
 
     def _group_content(
         self, header: GroupHeader, frame: memoryview | bytes, upto: int, frame_ok: bool, start: int = 0
-    ) -> bytes:
+    ) -> memoryview:
         """Bytes ``start:upto`` of a group frame's decompressed content (fewer if a damaged frame ends early).
 
-        Decompresses in slices of the frame and stops once ``upto`` is reached, so reading an
-        early member does not pay for the later ones, and only the pieces overlapping the
-        wanted range are kept. A frame failing its checksum is decompressed as far as zstd
-        gets: the members it yields are trusted only if their own checksums match.
+        Stops decompressing once ``upto`` is reached, so reading an early member does not pay
+        for the later ones. An intact frame is decoded in one ``stream_reader.read`` straight
+        into the result (a third cheaper than feeding slices to a decompressobj, ADR 002). A
+        frame failing its checksum is fed in slices and decompressed as far as zstd gets: the
+        members it yields are trusted only if their own checksums match.
         """
-        dobj = self.dicts.decompressor(header.dict_id).decompressobj()
-        kept: list[bytes] = []
+        dec = self.dicts.decompressor(header.dict_id)
+        if frame_ok:
+            try:
+                with dec.stream_reader(frame, read_size=len(frame)) as reader:
+                    content = reader.read(upto)
+            except zstd.ZstdError as exc:
+                raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
+            if len(content) < upto:
+                raise ChecksumMismatch(f"group frame holds {len(content)} bytes, its members need {upto}")
+            return memoryview(content)[start:upto]
+        dobj = dec.decompressobj()
+        pieces: list[bytes] = []
         have = pos = 0
-        skip = start  # bytes of the first kept piece that precede ``start``
         try:
             while have < upto and pos < len(frame):
                 piece = dobj.decompress(frame[pos : pos + _GROUP_READ_SLICE])
                 pos += _GROUP_READ_SLICE
-                if have + len(piece) > start:
-                    if not kept:
-                        skip = start - have
-                    kept.append(piece)
+                pieces.append(piece)
                 have += len(piece)
-        except zstd.ZstdError as exc:
-            if frame_ok:
-                raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
-        if frame_ok and have < upto:
-            raise ChecksumMismatch(f"group frame holds {have} bytes, its members need {upto}")
-        content = kept[0] if len(kept) == 1 else b"".join(kept)
-        return content[skip : skip + upto - start]
+        except zstd.ZstdError:
+            pass  # keep what decoded before the damage
+        return memoryview(b"".join(pieces))[start:upto]
 
-    def _member_record(self, header: GroupHeader, index: int, content: bytes) -> RecordHeader:
+    def _member_record(self, header: GroupHeader, index: int, content: memoryview) -> RecordHeader:
         """Member ``index`` of a group as a record header with its metadata (checked by its checksum)."""
         member = header.members[index]
         piece = _checked_member(content[member.start : member.end], member, f"group member {index}")
@@ -927,7 +930,7 @@ class ContentStore:
             )
         piece = self._group_content(header, frame, member.end, frame_ok, member.start)
         _checked_member(piece, member, f"group member {loc.member} at {loc.segment}:{loc.offset}")
-        return piece[member.meta_len :]
+        return bytes(piece[member.meta_len :])
 
     def search(
         self, domain: str | None = None, path_prefix: str | None = None, tag: str | None = None
@@ -1383,7 +1386,7 @@ class ContentStore:
             )
 
 
-def _checked_member(piece: bytes, member: Member, what: str) -> bytes:
+def _checked_member(piece: memoryview, member: Member, what: str) -> memoryview:
     """``piece`` if it is the whole member and matches its own checksum, else ChecksumMismatch."""
     if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
         raise ChecksumMismatch(f"{what} fails its checksum")
