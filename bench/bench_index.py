@@ -348,8 +348,7 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
     import pyarrow.parquet as pq
 
     from crawlstream.index import IndexBuilder, IndexReader
-    from crawlstream.lake import LAKE_SCHEMA
-    from crawlstream.lake._writer import COLUMN_ENCODING, DICTIONARY_COLUMNS
+    from crawlstream.lake import LAKE_SCHEMA, LAKE_ZSTD_LEVEL, parquet_options
 
     src = sorted((root / "urls" / f"dataset_id={big[1]}").rglob("part-*.parquet"))
     out = {}
@@ -359,9 +358,8 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
             dst = sub / p.relative_to(root)
             dst.parent.mkdir(parents=True, exist_ok=True)
             table = pq.read_table(p, schema=LAKE_SCHEMA)
-            pq.write_table(table, dst, row_group_size=rg_rows, compression="zstd", compression_level=9,
-                           use_dictionary=DICTIONARY_COLUMNS, column_encoding=COLUMN_ENCODING,
-                           store_schema=False)
+            pq.write_table(table, dst, row_group_size=rg_rows, store_schema=False,
+                           **parquet_options(LAKE_ZSTD_LEVEL))
         IndexBuilder(sub, shards=16).build()
         lake_bytes = _dir_bytes(sub / "urls")
         reader = IndexReader(sub, row_groups_cached=1)  # no row-group cache: every call decodes

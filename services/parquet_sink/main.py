@@ -189,7 +189,7 @@ def build(host: Host, *, instance: str | None = None) -> ParquetSinkService:
     parent = staging_root(settings)
     own = parent / (instance or socket.gethostname())
     staging = StagingLog(own)
-    writer = LakeWriter.from_settings(settings)
+    writer = LakeWriter.from_settings(settings, zstd_level=settings.lake.sink_zstd_level)
     handler = SinkHandler(
         writer,
         staging,

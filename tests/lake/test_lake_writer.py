@@ -53,6 +53,7 @@ def test_files_are_sorted_by_domain_then_url_and_deduplicated(tmp_path: Path) ->
         assert meta.row_group(0).column(0).compression == "ZSTD"
         assert "RLE_DICTIONARY" in meta.row_group(0).column(0).encodings  # domain is dictionary-encoded
         assert "DELTA_BYTE_ARRAY" in meta.row_group(0).column(4).encodings  # sorted paths: front coding
+        assert meta.row_group(0).column(1).compression == "UNCOMPRESSED"  # scheme: a few bytes per page
 
 
 def test_first_row_of_a_duplicate_url_is_kept(tmp_path: Path) -> None:

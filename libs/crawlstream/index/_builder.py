@@ -68,6 +68,7 @@ from crawlstream.index._manifest import (
     write_manifest,
 )
 from crawlstream.lake import (
+    LAKE_ZSTD_LEVEL,
     compact_partition,
     is_compacted,
     list_lake_files,
@@ -151,7 +152,7 @@ class IndexBuilder:
         shards: int = 64,
         keep_versions: int = 3,
         row_group_rows: int = 16_384,
-        zstd_level: int = 9,
+        zstd_level: int = LAKE_ZSTD_LEVEL,
         scan_threads: int = 4,
         clock: Any = time.time,
     ) -> None:

@@ -26,13 +26,21 @@ from crawlstream.lake._schema import (
     register_duckdb,
     split_url,
 )
-from crawlstream.lake._writer import LakeWriter, WrittenFile, build_table, write_lake_file
+from crawlstream.lake._writer import (
+    LAKE_ZSTD_LEVEL,
+    LakeWriter,
+    WrittenFile,
+    build_table,
+    parquet_options,
+    write_lake_file,
+)
 
 __all__ = [
     "COMPACTED_PREFIX",
     "DERIVED_SQL",
     "LAKE_COLUMNS",
     "LAKE_SCHEMA",
+    "LAKE_ZSTD_LEVEL",
     "REPLACES_KEY",
     "LakeFile",
     "LakeWriter",
@@ -46,6 +54,7 @@ __all__ = [
     "join_url",
     "lake_urls",
     "list_lake_files",
+    "parquet_options",
     "partition_dir",
     "read_replaces",
     "register_duckdb",

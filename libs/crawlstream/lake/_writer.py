@@ -36,14 +36,29 @@ from crawlstream.lake._schema import LAKE_SCHEMA, host_prefix, split_url
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
 
-__all__ = ["LakeWriter", "WrittenFile", "write_lake_file"]
+__all__ = ["LAKE_ZSTD_LEVEL", "LakeWriter", "WrittenFile", "parquet_options", "write_lake_file"]
 
 logger = logging.getLogger(__name__)
 
-# Encodings measured in docs/decisions/007-lake-derived-columns.md: dictionary + RLE for the
-# low-cardinality columns (rows are sorted, so runs are long), front coding for the sorted paths.
+# Encodings measured in docs/decisions/007-lake-derived-columns.md and 010-lake-index-bytes.md:
+# dictionary + RLE for the low-cardinality columns (rows are sorted, so runs are long), front
+# coding for the sorted paths (PLAIN loses over the whole lake even at zstd 19: 11.52 vs 11.47).
 DICTIONARY_COLUMNS = ["domain", "scheme", "host_prefix", "port"]
 COLUMN_ENCODING = {"path_query": "DELTA_BYTE_ARRAY", "ts": "DELTA_BINARY_PACKED", "extras": "PLAIN"}
+LAKE_ZSTD_LEVEL = 19
+"""Level of the files that stay: ``crawlstream ingest`` and compaction (the sink writes faster)."""
+_UNCOMPRESSED = ("scheme", "port")  # a page of a few bytes: a zstd frame would add ~10 to it
+
+
+def parquet_options(zstd_level: int) -> dict[str, Any]:
+    """``pq.write_table`` arguments (codecs, encodings, statistics) of a lake file."""
+    return {
+        "compression": {c: "none" if c in _UNCOMPRESSED else "zstd" for c in LAKE_SCHEMA.names},
+        "compression_level": {c: zstd_level for c in LAKE_SCHEMA.names if c not in _UNCOMPRESSED},
+        "use_dictionary": DICTIONARY_COLUMNS,
+        "column_encoding": COLUMN_ENCODING,
+        "write_statistics": ["domain"],  # lets DuckDB & co. prune row groups by domain
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +108,7 @@ def write_lake_file(
             table,
             tmp,
             row_group_size=row_group_rows,
-            compression="zstd",
-            compression_level=zstd_level,
-            use_dictionary=DICTIONARY_COLUMNS,
-            column_encoding=COLUMN_ENCODING,
-            write_statistics=["domain"],  # lets DuckDB & co. prune row groups by domain
+            **parquet_options(zstd_level),
             # The Arrow schema costs ~700 B per file (many files are small); the Parquet types map
             # back to LAKE_SCHEMA. Compacted files need it: it carries `replaces`.
             store_schema=bool(replaces),
@@ -136,7 +147,7 @@ class LakeWriter:
         row_group_rows: int = 16_384,
         file_max_rows: int = 4_000_000,
         buffer_max_rows: int = 8_000_000,
-        zstd_level: int = 9,
+        zstd_level: int = LAKE_ZSTD_LEVEL,
         on_file: Callable[[WrittenFile], None] | None = None,
         io_threads: int = 8,
     ) -> None:
@@ -154,13 +165,14 @@ class LakeWriter:
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> LakeWriter:
+        """A writer with the lake settings; ``kwargs`` override them (the sink's ``zstd_level``)."""
         lake = settings.lake
+        kwargs.setdefault("zstd_level", lake.zstd_level)
         return cls(
             settings.data_dir,
             row_group_rows=lake.row_group_rows,
             file_max_rows=lake.file_max_rows,
             buffer_max_rows=lake.buffer_max_rows,
-            zstd_level=lake.zstd_level,
             **kwargs,
         )
 

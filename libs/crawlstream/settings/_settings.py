@@ -209,7 +209,10 @@ class LakeSettings:
         "rows per Parquet row group in the lake: smaller = faster page reads, more footer bytes",
         check=positive,
     )
-    zstd_level: int = setting(9, "zstd level of lake files (higher: smaller, slower writes)", check=positive)
+    zstd_level: int = setting(
+        19, "zstd level of lake files written by `crawlstream ingest` and compaction (higher: smaller, slower "
+        "writes; ADR 010)", check=positive,
+    )
     file_max_rows: int = setting(
         4_000_000, "a (dataset, domain prefix) buffer is published as a file at this many rows", check=positive
     )
@@ -223,6 +226,10 @@ class LakeSettings:
         200_000,
         "parquet-sink: staged rows that trigger publishing lake files (memory bound of the sink)",
         check=positive,
+    )
+    sink_zstd_level: int = setting(
+        9, "parquet-sink: zstd level of the files it publishes (fast; compaction rewrites them at "
+        "lake.zstd_level)", check=positive,
     )
     sink_flush_interval_s: float = setting(
         60.0,
