@@ -30,6 +30,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from crawlstream.api._inputs import (
 )
 from crawlstream.api._metrics import ApiMetrics
 from crawlstream.api._openapi import openapi_document
-from crawlstream.errors import TransientError
+from crawlstream.errors import CrawlstreamError, TransientError
 from crawlstream.index import NotCached
 
 if TYPE_CHECKING:
@@ -410,9 +411,23 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
     return app
 
 
+async def _settle(app: web.Application) -> None:
+    """Open the current index version before the first request, then move everything allocated
+    so far (modules, the PSL, the version's tables: ~90k objects) out of the cyclic collector's
+    reach: a full collection over them took 25-35 ms of CPU, a stall every request in flight
+    would wait for."""
+    try:
+        app[_APP_KEY].reader.pin().release()
+    except CrawlstreamError as exc:  # no (readable) index yet: requests answer 503 / retry the open
+        logger.warning("index not opened at start-up: %s", exc)
+    gc.collect()
+    gc.freeze()
+
+
 def serve(settings: Settings) -> int:
     """Run the API on ``settings.api.host:port`` until SIGINT/SIGTERM (blocking)."""
     app = from_settings(settings)
+    app.on_startup.append(_settle)
     logger.info(
         "query API listening on http://%s:%d (index under %s, ACL %s, max_limit %d, content store %s)",
         settings.api.host,
