@@ -416,6 +416,7 @@ async def _settle(app: web.Application) -> None:
     so far (modules, the PSL, the version's tables: ~90k objects) out of the cyclic collector's
     reach: a full collection over them took 25-35 ms of CPU, a stall every request in flight
     would wait for."""
+    reduce_to_domain("www.example.com")  # loads the public suffix list
     try:
         app[_APP_KEY].reader.pin().release()
     except CrawlstreamError as exc:  # no (readable) index yet: requests answer 503 / retry the open
