@@ -5,10 +5,11 @@ datasets plus one big domain), the index built, then ``crawlstream serve`` runs 
 process while this process loads it with an aiohttp client (N concurrent connections,
 bounded by time and count). Scenarios: ``/v1/domain/{d}`` (Zipf-picked domains), the first
 page of URLs of a (domain, dataset), and a deep page (offset ``deep_offset`` in the big
-domain). Each runs at concurrency 1 (latency) and N (throughput). The server runs twice:
-as shipped (``executor_threads=4``: Parquet-reading routes on a thread pool, ``/v1/domain``
-on the loop) and everything on the event loop (``0``), the baseline for that decision,
-measured in the same run.
+domain). Each runs at concurrency 1 (latency) and N (throughput), and reports the server
+process's CPU time per request next to the client's latencies. The server runs twice: as
+shipped (``executor_threads=4``: ``/v1/domain`` and pages whose row groups are cached on the
+loop, Parquet reads on a thread pool) and everything on the event loop (``0``), the baseline
+for that decision, measured in the same run.
 
 Cold: a fresh server process per scenario (started, then one request for an unknown domain so
 the PSL is loaded and the version opened); before each measured request the page cache of every
@@ -200,31 +201,55 @@ def _scenarios(pairs: list[tuple[str, int, int]], deep: tuple[str, int, int]) ->
     }
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _load_with_cpu(
+    proc: subprocess.Popen[bytes], base: str, paths: list[str], concurrency: int, seconds: float, cap: int
+) -> dict[str, Any]:
+    """:func:`_load` plus the server's CPU time per request over the run."""
+    cpu = _cpu_s(proc.pid)
+    r = asyncio.run(_load(base, paths, concurrency, seconds, cap))
+    r["server_cpu_ms_per_request"] = round((_cpu_s(proc.pid) - cpu) * 1000 / max(r["requests"], 1), 3)
+    return r
+
+
 def _measure(
     root: Path, domains: list[str], weights: list[float], deep: tuple[str, int, int], seconds: float
 ) -> dict[str, Any]:
     """Both servers up at once; runs alternate between them so machine-load drift (2 shared
-    cores) hits both alike; each cell keeps the faster of two rounds."""
+    cores) hits both alike; each cell keeps the faster of two rounds. Warm = every path of the
+    scenario requested once before the measured rounds. ``first_page_miss``: the first page
+    of 300 other pairs, each requested once (the server reads its row groups: page cache warm,
+    the process's row-group cache not)."""
     modes = {"as_shipped": 4, "event_loop": 0}
     procs = {name: _start_server(root, threads) for name, threads in modes.items()}
     try:
-        pairs = asyncio.run(_pick(procs["as_shipped"][1], domains, weights, 300))
+        picked = asyncio.run(_pick(procs["as_shipped"][1], domains, weights, 900))
+        pairs = picked[:300]
+        fresh = [p for p in dict.fromkeys(picked[300:]) if p not in set(pairs)][:300]
         out: dict[str, Any] = {name: {"executor_threads": t, "pairs": len(pairs)} for name, t in modes.items()}
         scenarios = _scenarios(pairs, deep)
         spread = scenarios.pop("deep_page_spread")
         for scenario, paths in scenarios.items():
             for name in modes:
-                asyncio.run(_load(procs[name][1], paths, 4, 0.5, 200))  # warm this scenario's caches
+                asyncio.run(_load(procs[name][1], paths, 4, 30.0, len(paths)))  # warm: every path once
                 out[name][scenario] = {}
             for concurrency, cap in ((1, 5000), (CONCURRENCY, 20000)):
                 best: dict[str, dict[str, Any]] = {}
                 for _round in range(2):
                     for name in modes:
-                        r = asyncio.run(_load(procs[name][1], paths, concurrency, seconds, cap))
+                        r = _load_with_cpu(*procs[name], paths, concurrency, seconds, cap)
                         if name not in best or r["requests_per_s"] > best[name]["requests_per_s"]:
                             best[name] = r
                 for name in modes:
                     out[name][scenario][f"c{concurrency}"] = best[name]
+        miss = _scenarios(fresh, deep)["first_page"]
+        for name in modes:
+            out[name]["first_page_miss"] = {"c1": _load_with_cpu(*procs[name], miss, 1, 60.0, len(miss))}
     finally:
         for proc, _ in procs.values():
             _stop(proc)
