@@ -6,9 +6,10 @@ Contract for callers (the query API):
   if ``manifest.json`` flips meanwhile; the version's files stay on disk while pinned (a
   shared ``flock`` on its ``PIN`` file, which ``gc`` respects).
 * Files are opened by the exact paths the manifest lists; nothing is listed per request.
-  Index files are memory-mapped; Parquet footers (``ParquetFile``) and decoded row groups sit
-  in small LRU caches; a page reads only the row groups covering ``[offset, offset+limit)``,
-  found from per-segment row counts, so a deep offset costs the same as the first page.
+  Index files are memory-mapped; Parquet footers (``ParquetFile``) sit in a small LRU cache,
+  decoded row groups in one bounded by bytes; a page reads only the row groups covering
+  ``[offset, offset+limit)``, found from per-segment row counts, so a deep offset costs the
+  same as the first page. A ``cached_only`` pin never reads Parquet (:class:`NotCached`).
 * Answers follow the dedupe rule: one row per (dataset_id, url); across files the row from
   the lowest file id (earliest indexed) wins. URLs of a (domain, dataset) are ordered by URL.
 * Thread-safe.
