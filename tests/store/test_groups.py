@@ -53,6 +53,28 @@ def test_group_bytes_caps_the_raw_size_of_a_frame(tmp_path: Path) -> None:
         assert len(frames) == 4 and max(loc.member for loc in locs) == 1  # 2 x 30 KB per 70 KB frame
 
 
+def _html(i: int) -> bytes:
+    rows = b"".join(b"<li><a href=/item/%d>item %d</a> %d</li>" % (j, j * i, j % 50) for j in range(120 * (1 + i % 4)))
+    return b"<html><head><title>page %d</title></head><body><ul>%s</ul></body></html>" % (i, rows)
+
+
+def test_global_dictionary_groups_are_capped_by_global_group_bytes_and_sorted_by_body_size(tmp_path: Path) -> None:
+    pages = {f"https://site{i}.example.org/p": _html(i) for i in range(40)}
+    with ContentStore(tmp_path, dict_min_samples=10_000, global_dict_min_samples=8, global_group_bytes=60_000) as store:
+        for url, body in pages.items():
+            store.put(url, body, fetched_at_ms=0)
+        assert store.recompress(older_than_s=0, now_ms=1).dictionaries_trained == 1
+        by_group: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for e in store.search():
+            assert store.dicts.is_global(e.location.dict_id)
+            by_group.setdefault((e.location.segment, e.location.offset), []).append((e.location.member, e.url))
+        assert len(by_group) > 4
+        for members in by_group.values():
+            sizes = [len(pages[url]) for _, url in sorted(members)]
+            assert sum(sizes) <= 60_000 and sizes == sorted(sizes)  # the largest member last
+        assert all(store.get(url) == body for url, body in pages.items())
+
+
 def test_identical_bodies_in_a_group_are_stored_once_and_survive_rebuild(tmp_path: Path) -> None:
     body = b"<html>" + b"same page " * 3000 + b"</html>"
     with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]

@@ -185,7 +185,14 @@ class StoreSettings:
     group_bytes: int = setting(
         1024 * 1024,
         "raw bytes of pages (of one dictionary) compressed together in one zstd frame in the cold and archive "
-        "tiers: larger frames compress better, a read decompresses its whole frame (~0.2 ms per MB)",
+        "tiers: larger frames compress better, a read decompresses its frame up to its page (~0.2 ms per MB "
+        "on a domain's own dictionary)",
+        check=positive,
+    )
+    global_group_bytes: int = setting(
+        640 * 1024,
+        "group_bytes for pages on the global dictionary, which decodes slowest (~0.9 GB/s: its matches miss the "
+        "CPU caches): keeps a read's decoding near that of the largest single pages (ADR 002)",
         check=positive,
     )
     segment_bytes: int = setting(64 * 1024 * 1024, "segment file size before rolling to a new one", check=positive)

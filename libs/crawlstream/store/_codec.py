@@ -116,9 +116,15 @@ def frame_checksum(frame: bytes | memoryview) -> int:
     return xxhash.xxh3_64_intdigest(frame)
 
 
-def member_checksum(content: bytes | memoryview) -> int:
-    """xxh3_64 of one group member's content (metadata line + body): checked on every member read."""
-    return xxhash.xxh3_64_intdigest(content)
+def member_checksum(*content: bytes | memoryview) -> int:
+    """xxh3_64 of one group member's content (metadata line + body, given whole or in consecutive
+    parts): checked on every member read."""
+    if len(content) == 1:
+        return xxhash.xxh3_64_intdigest(content[0])
+    hasher = xxhash.xxh3_64()
+    for part in content:
+        hasher.update(part)
+    return hasher.intdigest()
 
 
 def encode_meta(meta: dict[str, Any]) -> bytes:

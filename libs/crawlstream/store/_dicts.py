@@ -68,6 +68,11 @@ class DictionaryStore:
         """The newest dictionary id for ``domain``, else the global one, else 0 (none)."""
         return self._by_domain.get(domain) or self._by_domain.get(GLOBAL_DOMAIN, 0)
 
+    def is_global(self, dict_id: int) -> bool:
+        """True if ``dict_id`` is a version of the global dictionary (the one shared by small domains)."""
+        info = self._infos.get(dict_id)
+        return info is not None and info.domain == GLOBAL_DOMAIN
+
     def has_own(self, domain: str) -> bool:
         return domain in self._by_domain
 
