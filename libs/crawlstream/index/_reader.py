@@ -319,6 +319,11 @@ class IndexReader:
         self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(
             row_groups_cached, budget=row_group_cache_bytes, weigh=lambda t: t.nbytes
         )
+        # URL lookups read a row group of every dataset of a domain: in a cache of their own (a
+        # quarter of the pages' budget) they cannot evict the row groups pages are served from
+        self._lookups: _Lru[tuple[str, int], pa.Table] = _Lru(
+            row_groups_cached, budget=row_group_cache_bytes // 4, weigh=lambda t: t.nbytes
+        )
         self._pairs: _Lru[tuple[str, int, int], tuple[int, bool, list[Segment], list[int]] | None] = _Lru(4096)
         self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
 
@@ -392,7 +397,7 @@ class IndexReader:
 
     # -- lake access -------------------------------------------------------------------
 
-    def _row_group(self, rel: str, rg: int) -> pa.Table:
+    def _row_group(self, rel: str, rg: int, *, lookup: bool = False) -> pa.Table:
         def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
             # an open file (not a path: no filesystem resolution); the few-valued string
             # columns stay dictionaries (16k rows decode to 16k indices, not 16k strings)
@@ -404,7 +409,7 @@ class IndexReader:
             with lock:
                 return pf.read_row_group(rg, columns=ROW_COLUMNS, use_threads=False)
 
-        return self._row_groups.get_or_load((rel, rg), load)
+        return (self._lookups if lookup else self._row_groups).get_or_load((rel, rg), load)
 
 
 class PinnedIndex:
@@ -480,18 +485,21 @@ class PinnedIndex:
         count, fragmented, segs, starts = found
         return did, count, fragmented, segs, starts
 
-    def _table(self, s: Segment) -> pa.Table:
-        """The decoded row group holding segment ``s``."""
+    def _table(self, s: Segment, *, lookup: bool = False) -> pa.Table:
+        """The decoded row group holding segment ``s``; ``lookup``: for a URL lookup, which
+        reads through its own cache (the pages' one is used when it holds the row group)."""
         key = (self._v.files[s.file_id].path, s.row_group)
-        if not self._cached_only:
-            return self._reader._row_group(*key)
         table = self._reader._row_groups.get(key)
+        if table is None and lookup:
+            table = self._reader._lookups.get(key)
         if table is None:
-            raise NotCached(key[0])
+            if self._cached_only:
+                raise NotCached(key[0])
+            table = self._reader._row_group(*key, lookup=lookup)
         return table
 
-    def _rows(self, s: Segment, domain: str) -> list[tuple[int, str, int | None]]:
-        return segment_rows(self._table(s), s.row_start, s.row_count, domain)
+    def _rows(self, s: Segment, domain: str, *, lookup: bool = False) -> list[tuple[int, str, int | None]]:
+        return segment_rows(self._table(s, lookup=lookup), s.row_start, s.row_count, domain)
 
     def _merged(
         self, domain: str, did: int, dataset_id: int, segs: list[Segment]
@@ -554,7 +562,7 @@ class PinnedIndex:
         return found
 
     def _first_url(self, s: Segment, domain: str) -> str:
-        return self._rows(Segment(s.file_id, s.row_group, s.row_start, 1), domain)[0][1]
+        return self._rows(Segment(s.file_id, s.row_group, s.row_start, 1), domain, lookup=True)[0][1]
 
     def _candidate_segments(self, segs: list[Segment], domain: str, url: str) -> list[Segment]:
         """The one segment whose URL range can hold ``url`` (segments are in URL order)."""
@@ -568,7 +576,7 @@ class PinnedIndex:
         return [segs[lo - 1]] if lo else []
 
     def _segment_has(self, s: Segment, canon: Any) -> bool:
-        t = self._table(s).slice(s.row_start, s.row_count)
+        t = self._table(s, lookup=True).slice(s.row_start, s.row_count)
         hits = pc.indices_nonzero(pc.equal(t.column("path_query"), pa.scalar(canon.path_query)))
         if len(hits) == 0:
             return False  # one vectorised compare keeps a miss cheap
