@@ -8,7 +8,10 @@ recompression into the cold tier with trained dictionaries). Ratio = raw bytes /
 stored (dictionaries and index included). Reads: p50/p99 of single-record reads, warm
 (same process, files cached) and cold (a fresh process, page cache dropped with
 POSIX_FADV_DONTNEED on every file before each read); warm reads also in CPU time of the
-reading thread (``read_warm_cpu``), which a loaded machine inflates far less than wall time.
+reading thread (``read_warm_cpu``, and ``read_cold_fresh_process_cpu``), which a loaded machine
+inflates far less than wall time. ``read_floor_page_alone_cpu`` is the same run's floor for
+(d): the sampled pages each alone in a zstd-19 frame with the same dictionary, decompress +
+hash only (no grouping, no store overhead).
 Memory: peak RSS growth of a forked child during the write phase.
 """
 
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import xxhash
 import zstandard as zstd
 
 from bench._harness import REPO, main, shared_data
@@ -213,7 +217,24 @@ def _store(pages: list[tuple[str, str, bytes]], root: Path) -> dict[str, Any]:
     def read(url: str) -> bytes:
         return store.get(url)
 
-    return res | {"read": read, "files": _files(root), "close": store.close}
+    def floor(sample: list[str], bodies: dict[str, bytes]) -> dict[str, float]:
+        """Same-run floor of a read: each sampled page alone in its own zstd-19 frame with the
+        dictionary the store gave it, timed (thread CPU) as decompress + content hash only."""
+        frames: dict[str, tuple[int, bytes]] = {}
+        for url in set(sample):
+            entry = store.entry(url)
+            assert entry is not None
+            dict_id = entry.location.dict_id
+            frames[url] = (dict_id, store.dicts.compressor(19, dict_id).compress(bodies[url]))
+        cpu = []
+        for url in sample:
+            dict_id, frame = frames[url]
+            c = time.thread_time()
+            xxhash.xxh3_128_digest(store.dicts.decompressor(dict_id).decompress(frame))
+            cpu.append(time.thread_time() - c)
+        return _lat(cpu)
+
+    return res | {"read": read, "floor": floor, "files": _files(root), "close": store.close}
 
 
 def _cold_reads_child(root: str, urls_file: str) -> None:
@@ -225,13 +246,14 @@ def _cold_reads_child(root: str, urls_file: str) -> None:
     store = ContentStore(Path(root))
     open_s = time.perf_counter() - t
     files = _files(Path(root))
-    samples = []
+    samples, cpu = [], []
     for url in urls:
         _drop_cache(files)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         store.get(url)
         samples.append(time.perf_counter() - t)
-    sys.stdout.write(json.dumps({"open_s": open_s, "samples": samples}))
+        cpu.append(time.thread_time() - c)
+    sys.stdout.write(json.dumps({"open_s": open_s, "samples": samples, "cpu": cpu}))
 
 
 def _measure(
@@ -262,6 +284,8 @@ def _measure(
             warm_cpu.append(time.thread_time() - c)
         out["read_warm"] = _lat(warm)
         out["read_warm_cpu"] = _lat(warm_cpu)
+        if "floor" in built:
+            out["read_floor_page_alone_cpu"] = built["floor"](sample, bodies)
         cold = []
         for url in sample[: max(20, len(sample) // 5)]:
             _drop_cache(built["files"])
@@ -311,6 +335,7 @@ def _run_set(label: str, pages: list[tuple[str, str, bytes]]) -> dict[str, Any]:
                 )
                 cold = json.loads(proc.stdout)
                 result[name]["read_cold_fresh_process"] = _lat(cold["samples"])
+                result[name]["read_cold_fresh_process_cpu"] = _lat(cold["cpu"])
                 result[name]["open_s"] = round(cold["open_s"], 3)
     d, b, c = result["d_crawlstream_store"], result["b_seed_tar_zstd19_per_domain"], result["c_one_zstd19_stream"]
     result["d_vs_b_ratio"] = round(d["ratio"] / b["ratio"], 3)
