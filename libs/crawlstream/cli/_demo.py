@@ -117,7 +117,7 @@ def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict
             answers.append(
                 {
                     "domain": domain,
-                    "datasets": [dataclasses.asdict(d) for d in datasets],
+                    "datasets": [d._asdict() for d in datasets],
                     "first_urls": [item.url for item in page.items],
                     "total": page.total,
                 }
