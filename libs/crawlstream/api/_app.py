@@ -15,11 +15,11 @@ Contract:
   on the loop: all-on-loop 6710 vs all-in-pool 2753 req/s, p99 3.8 vs 10.3 ms. Pages and URL
   lookups first try on the loop with a ``cached_only`` pin: when every row group they need is
   in the reader's cache they finish there (a thread hop costs ~0.1 ms of CPU and ~0.15 ms of
-  wall time on the 2 shared cores; full bench, first page: 0.47 vs 1.74 ms of server CPU per
-  request, issue 6). A miss (:class:`~crawlstream.index.NotCached`) runs again on the pool,
-  where Parquet reads, possibly from disk, do not stall the loop: first page 1051 vs 678 req/s,
-  p99 28 vs 56 ms against all-on-loop (interleaved runs, all misses). ``executor_threads=0``
-  runs everything on the loop. The JSON body is encoded where the work ran.
+  wall time on the 2 shared cores, about what the reader spends on a cached first page). A
+  miss (:class:`~crawlstream.index.NotCached`) runs again on the pool, where Parquet reads,
+  possibly from disk, do not stall the loop: first page 1051 vs 678 req/s, p99 28 vs 56 ms
+  against all-on-loop (interleaved runs, all misses). ``executor_threads=0`` runs everything
+  on the loop. The JSON body is encoded where the work ran.
 * With an ACL, ``/v1/*`` needs ``Authorization: Bearer <token>`` (401 otherwise); datasets
   the token may not see are filtered out, and asking for one directly is a 404 identical to
   a dataset that does not exist, so existence does not leak. ``/healthz``, ``/metrics`` and
