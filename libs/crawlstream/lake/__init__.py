@@ -4,7 +4,7 @@ Writer (:class:`LakeWriter`), schema and URL split, atomic publication, listing 
 partition compaction. Readers of served answers go through ``crawlstream.index``.
 """
 
-from crawlstream.lake._compact import compact_partition, lake_urls
+from crawlstream.lake._compact import compact_partition
 from crawlstream.lake._files import (
     COMPACTED_PREFIX,
     REPLACES_KEY,
@@ -23,6 +23,7 @@ from crawlstream.lake._schema import (
     derive_url_keys,
     host_prefix,
     join_url,
+    lake_urls,
     register_duckdb,
     split_url,
 )

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from crawlstream.lake._files import partition_dir
-from crawlstream.lake._schema import LAKE_SCHEMA
+from crawlstream.lake._schema import LAKE_SCHEMA, lake_urls
 from crawlstream.lake._writer import WrittenFile, sort_dedupe, write_lake_file
 
 __all__ = ["compact_partition"]
@@ -48,13 +47,3 @@ def compact_partition(
     logger.info("compacted %d files of dataset %d/%s into %s (%d duplicates dropped)",
                 len(rel_paths), dataset_id, hh, path, dropped)
     return WrittenFile(dataset_id, hh, path, merged.num_rows, dropped, size)
-
-
-def lake_urls(table: pa.Table) -> pa.Array:
-    """The derived ``url`` of every row of a lake table, computed in Arrow (no Python loop)."""
-    port = pc.binary_join_element_wise(":", pc.cast(table.column("port"), pa.string()), "")
-    port = pc.fill_null(port, "")
-    return pc.binary_join_element_wise(
-        table.column("scheme"), "://", table.column("host_prefix"), table.column("domain"), port,
-        table.column("path_query"), "",
-    ).combine_chunks()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from crawlstream.urls import KEY_HASH_MASK, canonical_url_key, compose_key, domain_checksum, fnv1a_64
 
@@ -32,6 +33,7 @@ __all__ = [
     "derive_url_keys",
     "host_prefix",
     "join_url",
+    "lake_urls",
     "register_duckdb",
     "split_url",
 ]
@@ -79,6 +81,16 @@ def join_url(scheme: str, host: str, port: int | None, path_query: str) -> str:
     if port is None:
         return f"{scheme}://{host}{path_query}"
     return f"{scheme}://{host}:{port}{path_query}"
+
+
+def lake_urls(table: pa.Table) -> pa.Array:
+    """The derived ``url`` of every row of a lake table, computed in Arrow (no Python loop)."""
+    port = pc.binary_join_element_wise(":", pc.cast(table.column("port"), pa.string()), "")
+    port = pc.fill_null(port, "")
+    return pc.binary_join_element_wise(
+        table.column("scheme"), "://", table.column("host_prefix"), table.column("domain"), port,
+        table.column("path_query"), "",
+    ).combine_chunks()
 
 
 def host_prefix(host: str, domain: str) -> str:
