@@ -7,7 +7,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,28 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),
     }
+
+
+def latency_ms(samples_s: list[float]) -> dict[str, float]:
+    """p50 / p95 / p99 in milliseconds (nearest rank) and the sample count."""
+    xs = sorted(samples_s)
+    if not xs:
+        return {"n": 0}
+
+    def q(p: float) -> float:
+        return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 3)
+
+    return {"p50_ms": q(0.50), "p95_ms": q(0.95), "p99_ms": q(0.99), "n": len(xs)}
+
+
+def drop_page_cache(paths: Iterable[Path]) -> None:
+    """Evict ``paths`` from the page cache (POSIX_FADV_DONTNEED): the next read goes to the disk."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def main(run: Callable[[bool], dict[str, Any]]) -> None:

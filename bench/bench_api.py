@@ -38,21 +38,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench._harness import REPO, main
+from bench._harness import REPO, drop_page_cache, latency_ms, main
 from bench.bench_index import N_DATASETS
 
 CONCURRENCY = 16
 
 
-def _pcts(samples_s: list[float]) -> dict[str, float]:
-    xs = sorted(samples_s)
-    if not xs:
-        return {"n": 0}
-
-    def q(p: float) -> float:
-        return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 3)
-
-    return {"p50_ms": q(0.50), "p95_ms": q(0.95), "p99_ms": q(0.99), "n": len(xs)}
 
 
 def _free_port() -> int:
@@ -126,7 +117,7 @@ async def _load(base: str, paths: list[str], concurrency: int, seconds: float, m
         "requests": len(latencies),
         "requests_per_s": round(len(latencies) / elapsed, 1),
         "statuses": statuses,
-        **_pcts(latencies),
+        **latency_ms(latencies),
     }
 
 
@@ -150,13 +141,7 @@ async def _pick(base: str, domains: list[str], weights: list[float], n: int) -> 
 
 
 def _drop_page_cache(root: Path) -> None:
-    for p in root.rglob("*"):
-        if p.is_file() and p.suffix in (".parquet", ".bin", ".roar", ".zst"):
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    drop_page_cache(p for p in root.rglob("*") if p.is_file() and p.suffix in (".parquet", ".bin", ".roar", ".zst"))
 
 
 def _cold(root: Path, scenarios: dict[str, list[str]], n: int) -> dict[str, Any]:
@@ -180,7 +165,7 @@ def _cold(root: Path, scenarios: dict[str, list[str]], n: int) -> dict[str, Any]
                 with urllib.request.urlopen(base + path, timeout=30) as resp:
                     resp.read()
                 samples.append(time.perf_counter() - t)
-            out[name] = _pcts(samples)
+            out[name] = latency_ms(samples)
         finally:
             _stop(proc)
     return out

@@ -25,18 +25,9 @@ from typing import Any
 
 import zstandard
 
-from bench._harness import REPO, main, shared_data
+from bench._harness import REPO, latency_ms, main, shared_data
 
 N_DATASETS = 30
-
-
-def _pcts(samples_s: list[float]) -> dict[str, float]:
-    xs = sorted(samples_s)
-
-    def q(p: float) -> float:
-        return round(xs[min(len(xs) - 1, int(p * len(xs)))] * 1000, 3)
-
-    return {"p50_ms": q(0.50), "p95_ms": q(0.95), "p99_ms": q(0.99), "n": len(xs)}
 
 
 _WORDS = ("news", "blog", "item", "product", "2024", "video", "user", "tag", "wiki", "a", "story", "shop",
@@ -150,14 +141,14 @@ def _warm_latency(root: Path, domains: list[str], weights: list[float], deep: tu
         with reader.pin() as idx:
             idx.datasets_for_domain(d)
         samples.append(time.perf_counter() - t)
-    res["datasets_for_domain"] = _pcts(samples)
+    res["datasets_for_domain"] = latency_ms(samples)
     samples = []
     for d, ds in queries:
         t = time.perf_counter()
         with reader.pin() as idx:
             idx.urls(d, ds, 0, 100)
         samples.append(time.perf_counter() - t)
-    res["first_page_100"] = _pcts(samples)
+    res["first_page_100"] = latency_ms(samples)
     domain, ds, offset = deep
     samples = []
     for i in range(300):
@@ -167,7 +158,7 @@ def _warm_latency(root: Path, domains: list[str], weights: list[float], deep: tu
             page = idx.urls(domain, ds, off, 100)
         samples.append(time.perf_counter() - t)
         assert page is not None and len(page.items) == 100
-    res[f"page_at_offset_{offset}"] = _pcts(samples)
+    res[f"page_at_offset_{offset}"] = latency_ms(samples)
     samples = []
     for d, ds in queries[:300]:
         with reader.pin() as idx:
@@ -179,7 +170,7 @@ def _warm_latency(root: Path, domains: list[str], weights: list[float], deep: tu
                 found = idx.lookup_url(url)
             samples.append(time.perf_counter() - t)
             assert ds in found
-    res["lookup_url"] = _pcts(samples)
+    res["lookup_url"] = latency_ms(samples)
     reader.close()
     return res
 
@@ -189,7 +180,7 @@ import json, os, sys, time
 from pathlib import Path
 from crawlstream.index import IndexReader
 root = Path(sys.argv[1]); queries = json.loads(sys.argv[2]); deep = json.loads(sys.argv[3])
-files = [p for p in root.rglob("*") if p.is_file() and (p.suffix in (".parquet", ".idx", ".dat", ".roar", ".zst"))]
+files = [p for p in root.rglob("*") if p.is_file() and (p.suffix in (".parquet", ".bin", ".roar", ".zst"))]
 def drop():
     for p in files:
         fd = os.open(p, os.O_RDONLY)
@@ -219,7 +210,7 @@ def _cold_latency(root: Path, queries: list[tuple[str, int]], deep: tuple[str, i
         capture_output=True, text=True, env=env, timeout=1800, check=True,
     )
     raw = json.loads(proc.stdout)
-    return {k: _pcts(v) for k, v in raw.items()}
+    return {k: latency_ms(v) for k, v in raw.items()}
 
 
 def _domain_dictionary(domains: list[str]) -> dict[str, Any]:
@@ -379,7 +370,7 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
         reader.close()
         rows = sum(pq.read_metadata(p).num_rows for p in src)
         out[str(rg_rows)] = {"lake_bytes_per_url": round(lake_bytes / rows, 2),
-                             "first_page_uncached": _pcts(first), "deep_page_uncached": _pcts(deep)}
+                             "first_page_uncached": latency_ms(first), "deep_page_uncached": latency_ms(deep)}
         shutil.rmtree(sub)
     return out
 

@@ -22,7 +22,6 @@ import gzip
 import io
 import json
 import multiprocessing as mp
-import os
 import random
 import resource
 import subprocess
@@ -38,7 +37,7 @@ from typing import Any
 import xxhash
 import zstandard as zstd
 
-from bench._harness import REPO, main, shared_data
+from bench._harness import REPO, drop_page_cache, latency_ms, main, shared_data
 
 READS = 300
 
@@ -59,22 +58,6 @@ def _load(quick: bool) -> list[tuple[str, str, bytes]]:
     return out
 
 
-def _pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
-
-
-def _lat(samples: list[float]) -> dict[str, float]:
-    return {"p50_ms": _pct(samples, 0.5), "p99_ms": _pct(samples, 0.99)}
-
-
-def _drop_cache(paths: list[Path]) -> None:
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def _files(root: Path) -> list[Path]:
@@ -232,7 +215,7 @@ def _store(pages: list[tuple[str, str, bytes]], root: Path) -> dict[str, Any]:
             c = time.thread_time()
             xxhash.xxh3_128_digest(store.dicts.decompressor(dict_id).decompress(frame))
             cpu.append(time.thread_time() - c)
-        return _lat(cpu)
+        return latency_ms(cpu)
 
     return res | {"read": read, "floor": floor, "files": _files(root), "close": store.close}
 
@@ -248,7 +231,7 @@ def _cold_reads_child(root: str, urls_file: str) -> None:
     files = _files(Path(root))
     samples, cpu = [], []
     for url in urls:
-        _drop_cache(files)
+        drop_page_cache(files)
         t, c = time.perf_counter(), time.thread_time()
         store.get(url)
         samples.append(time.perf_counter() - t)
@@ -282,17 +265,17 @@ def _measure(
             read(url)
             warm.append(time.perf_counter() - t)
             warm_cpu.append(time.thread_time() - c)
-        out["read_warm"] = _lat(warm)
-        out["read_warm_cpu"] = _lat(warm_cpu)
+        out["read_warm"] = latency_ms(warm)
+        out["read_warm_cpu"] = latency_ms(warm_cpu)
         if "floor" in built:
             out["read_floor_page_alone_cpu"] = built["floor"](sample, bodies)
         cold = []
         for url in sample[: max(20, len(sample) // 5)]:
-            _drop_cache(built["files"])
+            drop_page_cache(built["files"])
             t = time.perf_counter()
             read(url)
             cold.append(time.perf_counter() - t)
-        out["read_cold_cache_dropped"] = _lat(cold)
+        out["read_cold_cache_dropped"] = latency_ms(cold)
     if "read_cached" in built:
         for url in sample:
             built["read_cached"](url)
@@ -301,7 +284,7 @@ def _measure(
             t = time.perf_counter()
             built["read_cached"](url)
             cached.append(time.perf_counter() - t)
-        out["read_bucket_cache_hit"] = _lat(cached)
+        out["read_bucket_cache_hit"] = latency_ms(cached)
     return out
 
 
@@ -334,8 +317,8 @@ def _run_set(label: str, pages: list[tuple[str, str, bytes]]) -> dict[str, Any]:
                     check=True,
                 )
                 cold = json.loads(proc.stdout)
-                result[name]["read_cold_fresh_process"] = _lat(cold["samples"])
-                result[name]["read_cold_fresh_process_cpu"] = _lat(cold["cpu"])
+                result[name]["read_cold_fresh_process"] = latency_ms(cold["samples"])
+                result[name]["read_cold_fresh_process_cpu"] = latency_ms(cold["cpu"])
                 result[name]["open_s"] = round(cold["open_s"], 3)
     d, b, c = result["d_crawlstream_store"], result["b_seed_tar_zstd19_per_domain"], result["c_one_zstd19_stream"]
     result["d_vs_b_ratio"] = round(d["ratio"] / b["ratio"], 3)
