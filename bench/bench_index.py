@@ -176,18 +176,14 @@ def _warm_latency(root: Path, domains: list[str], weights: list[float], deep: tu
 
 
 _COLD_SCRIPT = r"""
-import json, os, sys, time
+import json, sys, time
 from pathlib import Path
+from bench._harness import drop_page_cache
 from crawlstream.index import IndexReader
 root = Path(sys.argv[1]); queries = json.loads(sys.argv[2]); deep = json.loads(sys.argv[3])
 files = [p for p in root.rglob("*") if p.is_file() and (p.suffix in (".parquet", ".bin", ".roar", ".zst"))]
 def drop():
-    for p in files:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    drop_page_cache(files)
 out = {"open": [], "datasets_for_domain": [], "first_page_100": [], "deep_page": []}
 for d, ds in queries:
     drop()
@@ -204,7 +200,7 @@ print(json.dumps(out))
 
 def _cold_latency(root: Path, queries: list[tuple[str, int]], deep: tuple[str, int, int]) -> dict[str, Any]:
     """Fresh process; before each measured call the page cache of every lake/index file is dropped."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "libs"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "libs"), str(REPO)]))
     proc = subprocess.run(
         [sys.executable, "-c", _COLD_SCRIPT, str(root), json.dumps(queries), json.dumps(list(deep))],
         capture_output=True, text=True, env=env, timeout=1800, check=True,
