@@ -52,3 +52,22 @@ def test_preloaded_dictionaries_are_ready_before_the_first_read(tmp_path: Path) 
         dict_file.rename(dict_file.with_suffix(".moved"))  # a lazy load would now fail
         assert store.get("https://shop.example.com/p/3") == _page(3)
         assert store.entry("https://shop.example.com/p/3").location.dict_id != 0  # type: ignore[union-attr]
+
+
+def test_compressors_of_one_dictionary_at_several_levels_all_write_decodable_frames(tmp_path: Path) -> None:
+    """Each level gets its own precomputed dictionary: precompute_compress() on a shared one freed
+    the CDict another level's compressor still used (frames with a garbage dictionary id)."""
+    import zstandard as zstd
+
+    from crawlstream.store._dicts import DictionaryStore
+
+    samples = [_page(i) for i in range(200)]
+    trained = zstd.train_dictionary(16 * 1024, samples, dict_id=32768)
+    dicts = DictionaryStore(tmp_path / "dicts", fsync=False)
+    dict_id = dicts.add("example.com", trained.as_bytes(), samples=len(samples), created_ms=0)
+    for round_ in range(3):
+        for level in (3, 22, 19):
+            body = b"".join(samples[round_ * 10 : round_ * 10 + 10])
+            frame = dicts.compressor(level, dict_id).compress(body)
+            assert zstd.get_frame_parameters(frame).dict_id == dict_id
+            assert dicts.decompressor(dict_id).decompress(frame) == body

@@ -119,7 +119,10 @@ class DictionaryStore:
         comp = self._compressors.get(key)
         if comp is None:
             if dict_id:
-                d = self._dict(dict_id)
+                # A dictionary object of its own per level: precompute_compress() frees the CDict a
+                # compressor of another level still points at (frames then carry a garbage
+                # dictionary id and never decode again: "Dictionary mismatch").
+                d = zstd.ZstdCompressionDict(self._dict(dict_id).as_bytes())
                 d.precompute_compress(level=level)
                 comp = zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
             else:
