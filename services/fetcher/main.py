@@ -120,9 +120,13 @@ class FetchHandler(EventHandler):
             if fetch:
                 self._start(started)
             else:  # its result was already sent and taken: nothing to send, the offset is done
-                del self._started[started.tp][started.offset]
-                self._count -= 1
+                self._retire(started)
                 self.skipped += 1
+
+    def _retire(self, started: _Started) -> None:
+        """Its offset no longer holds back the commit, and its slot is free."""
+        del self._started[started.tp][started.offset]
+        self._count -= 1
 
     def on_assign(self, partitions: list[TopicPartition]) -> None:
         if self._fence is not None:
@@ -159,8 +163,7 @@ class FetchHandler(EventHandler):
             if not started.dropped:
                 outcome = started.result()  # afetch raises only for bugs: let them stop the service
                 self._out.send(FETCH_RESULTS, to_result(started.request, outcome, self._compressor))
-                del self._started[started.tp][started.offset]
-                self._count -= 1
+                self._retire(started)
                 self.fetched += 1
             try:
                 started = self._done.get_nowait()

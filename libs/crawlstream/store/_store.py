@@ -416,7 +416,8 @@ class ContentStore:
     def _member_record(self, header: GroupHeader, index: int, content: memoryview) -> RecordHeader:
         """Member ``index`` of a group as a record header with its metadata (checked by its checksum)."""
         member = header.members[index]
-        piece = _checked_member(content[member.start : member.end], member, f"group member {index}")
+        piece = content[member.start : member.end]
+        _check_member(member, f"group member {index}", piece)
         meta = decode_meta(piece[: member.meta_len])
         try:
             url_key = self._key_of(str(meta["u"]))
@@ -947,7 +948,8 @@ class ContentStore:
                 "group frame at %s:%d fails its checksum; checking member %d alone", loc.segment, loc.offset, loc.member
             )
             piece = self._group_content(header, frame, member.end, False, member.start)
-            return bytes(_checked_member(piece, member, what)[member.meta_len :])
+            _check_member(member, what, piece)
+            return bytes(piece[member.meta_len :])
         head_end = member.start + member.meta_len
         try:
             with self.dicts.decompressor(header.dict_id).stream_reader(frame, read_size=len(frame)) as reader:
@@ -955,12 +957,8 @@ class ContentStore:
                 body = reader.read(member.body_size)
         except zstd.ZstdError as exc:
             raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
-        if (
-            len(head) != head_end
-            or len(body) != member.body_size
-            or member_checksum(memoryview(head)[member.start :], body) != member.checksum
-        ):
-            raise ChecksumMismatch(f"{what} fails its checksum")
+        # a frame ending early leaves both short: their lengths no longer add up to the member's
+        _check_member(member, what, memoryview(head)[member.start :], body)
         return body
 
     def search(
@@ -1434,8 +1432,7 @@ class ContentStore:
             )
 
 
-def _checked_member(piece: memoryview, member: Member, what: str) -> memoryview:
-    """``piece`` if it is the whole member and matches its own checksum, else ChecksumMismatch."""
-    if len(piece) != member.end - member.start or member_checksum(piece) != member.checksum:
+def _check_member(member: Member, what: str, *parts: bytes | memoryview) -> None:
+    """ChecksumMismatch unless ``parts`` (consecutive pieces) are the whole member and match its checksum."""
+    if sum(map(len, parts)) != member.end - member.start or member_checksum(*parts) != member.checksum:
         raise ChecksumMismatch(f"{what} fails its checksum")
-    return piece
