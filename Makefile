@@ -6,10 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA_DIR ?= ./data
 
-.PHONY: run test test-slow bench lint venv clean help
+.PHONY: run test test-slow bench lint venv kafka clean help
 
 help:
-	@echo "make run | test | test-slow | bench | lint | clean"
+	@echo "make run | test | test-slow | bench | lint | kafka | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -23,17 +23,31 @@ $(STAMP): requirements.lock pyproject.toml setup.py
 
 venv: $(STAMP)
 
+# A real Apache Kafka broker for tests, benchmarks and `crawlstream local-kafka`: Maven
+# resolves the version pinned in deploy/kafka/pom.xml with its runtime dependencies into
+# the git-ignored .cache/kafka/libs (nothing is downloaded at run time, no jar committed).
+KAFKA_LIBS  := .cache/kafka/libs
+KAFKA_STAMP := $(KAFKA_LIBS)/.installed
+$(KAFKA_STAMP): deploy/kafka/pom.xml
+	@command -v java >/dev/null || { echo "java not found: Kafka needs Java 17+ (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "mvn not found: apt-get install maven"; exit 1; }
+	rm -rf $(KAFKA_LIBS)
+	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
+	@touch $(KAFKA_STAMP)
+
+kafka: $(KAFKA_STAMP)
+
 # The main job: crawl the embedded synthetic web, build the index, print where to query it.
 run: $(STAMP)
 	$(BIN)/crawlstream demo --data-dir $(DATA_DIR)
 
-test: $(STAMP)
+test: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m bench
 
 lint: $(STAMP)

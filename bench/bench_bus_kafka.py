@@ -23,7 +23,7 @@ from typing import Any
 
 from bench._harness import main
 from crawlstream.bus import KafkaBus
-from crawlstream.bus.testing import MockKafkaCluster
+from crawlstream.localkafka import LocalKafka
 
 SIZES = {"discovered_url_100B": 100, "fetch_result_20KB": 20_000}
 BATCH = 10_000
@@ -32,9 +32,10 @@ BATCH = 10_000
 def bench_kafka(*, count: int, value_bytes: int) -> dict[str, Any]:
     values = [os.urandom(value_bytes) for _ in range(64)]  # incompressible, like zstd output
     topic = f"bench.kafka.{value_bytes}"
-    with MockKafkaCluster() as cluster:
+    with LocalKafka(brokers=1) as cluster:
         bus = KafkaBus(cluster.bootstrap_servers)
         producer = bus.producer()
+        bus.create_topics([topic], 8)
         partitions = producer.partition_count(topic)
         keys = [f"domain{p}.example".encode() for p in range(partitions)]
         started = time.perf_counter()

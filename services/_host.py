@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from crawlstream.bus import Bus, Consumer
 from crawlstream.bus._factory import open_bus
+from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, EventProducer
 from crawlstream.redisconn import RedisHandle, open_redis
 from crawlstream.runtime import EventHandler, Flushable, ServiceLoop
@@ -31,6 +33,8 @@ from crawlstream.settings import Settings
 __all__ = ["Host", "Runnable", "open_host", "run_standalone"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_RESTART_BACKOFF_S = 30.0
 
 
 class Runnable(Protocol):
@@ -147,18 +151,52 @@ def install_stop_signals(stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def run_standalone(settings: Settings, build: Callable[[Host], Runnable]) -> int:
-    """``crawlstream service <name>``: one service in this process until a signal."""
-    with open_host(settings) as host:
-        service = build(host)
+def run_standalone(
+    settings: Settings, build: Callable[[Host], Runnable], *, max_backoff_s: float = _MAX_RESTART_BACKOFF_S
+) -> int:
+    """``crawlstream service <name>``: one service in this process until a signal.
 
-        def stop() -> None:
-            host.stop_event.set()
+    An outage (``TransientError``: the brokers or Redis unreachable past the clients' own
+    retries) does not end the process: the service is closed without committing, as a crash
+    would leave it, and built again on a fresh host after a back-off (1 s doubling to
+    ``max_backoff_s``), so it resumes from its last commit once the cluster is back. Bad
+    configuration and bugs still end it.
+    """
+    stop = threading.Event()
+    current: list[Runnable] = []
+
+    def on_signal() -> None:
+        stop.set()
+        for service in list(current):
             service.stop()
 
-        install_stop_signals(stop)
+    install_stop_signals(on_signal)
+    backoff_s = min(1.0, max_backoff_s)
+    while True:
+        started = time.monotonic()
         try:
-            service.run()
-        finally:
-            service.close()
-    return 0
+            with open_host(settings, stop_event=stop) as host:
+                service = build(host)
+                current.append(service)
+                try:
+                    if not stop.is_set():
+                        service.run()
+                finally:
+                    current.clear()
+                    service.close()
+            return 0
+        except TransientError as exc:
+            if stop.is_set():
+                logger.warning("stopped during an outage: %s", exc)
+                return 1
+            if time.monotonic() - started > 2 * max_backoff_s:
+                backoff_s = min(1.0, max_backoff_s)  # it ran a good while: this is a new outage
+            logger.warning(
+                "%s: %s; restarting the service in %.0f s (it resumes from its last commit)",
+                type(exc).__name__,
+                exc,
+                backoff_s,
+            )
+            if stop.wait(backoff_s):
+                return 0
+            backoff_s = min(backoff_s * 2, max_backoff_s)

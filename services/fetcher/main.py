@@ -201,7 +201,11 @@ def replay_fence(host: Host, out: EventProducer) -> ReplayFence | None:
     if settings.kafka_bootstrap_servers is not None and settings.redis_url is None:
         return None
     # The scheduler owns the domain's tickets under the partition its results arrive on.
-    return ReplayFence(lambda: host.redis, lambda domain: partition_for(domain, out.partition_count(FETCH_RESULTS)))
+    return ReplayFence(
+        lambda: host.redis,
+        lambda domain: partition_for(domain, out.partition_count(FETCH_RESULTS)),
+        lease_s=settings.scheduler.lease_s,
+    )
 
 
 def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> LoopService:

@@ -21,8 +21,8 @@ from typing import TextIO
 
 from crawlstream.bus import KafkaBus, TopicPartition
 
-# A killed member's partitions move after its session times out: keep it short (the mock
-# cluster accepts 6 s, a real broker's default minimum).
+# A killed member's partitions move after its session times out: keep it short (6 s is a
+# broker's default group.min.session.timeout.ms).
 _GROUP_CONFIG = {"consumer.session.timeout.ms": "6000", "consumer.heartbeat.interval.ms": "500"}
 _MAX_RUN_S = 120.0
 

@@ -1,10 +1,9 @@
 """The bus contract, run against every backend (the ``bus`` fixture in conftest.py).
 
 Services are written once against ``crawlstream.bus.Bus``; these tests are what both the
-embedded log and Kafka (librdkafka's mock cluster) must do identically. The mock cluster
-auto-creates topics with 4 partitions whatever was asked, so tests read the count with
-``partition_count`` instead of assuming it. Topic and group names are unique per test
-because the Kafka cluster is shared by the whole session. The DLQ behaviour is tested with
+embedded log and a real Kafka broker must do identically. Tests read the partition count
+with ``partition_count`` instead of assuming it. Topic and group names are unique per test
+because the Kafka broker is shared by the whole session. The DLQ behaviour is tested with
 the event codec (tests/events), which owns it.
 """
 
@@ -24,7 +23,7 @@ from crawlstream.urls import partition_for
 if TYPE_CHECKING:
     from tests.bus.conftest import BusUnderTest
 
-WAIT_S = 30.0  # the mock cluster takes ~3 s to assign a new group; bound everything
+WAIT_S = 30.0  # a group's first assignment takes a second or more; bound everything
 
 
 def unique(prefix: str) -> str:
@@ -32,7 +31,7 @@ def unique(prefix: str) -> str:
 
 
 def make_topic(bus: Bus, producer: Producer) -> tuple[str, int]:
-    """A fresh topic (created, or auto-created on the mock cluster) and its partition count."""
+    """A fresh topic and its partition count."""
     topic = unique("contract")
     bus.create_topics([topic], 4)
     return topic, producer.partition_count(topic)

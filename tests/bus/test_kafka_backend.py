@@ -1,9 +1,10 @@
-"""Kafka-specific behaviour of KafkaBus on librdkafka's mock cluster.
+"""Kafka-specific behaviour of KafkaBus on a real Apache Kafka broker.
 
 The shared behaviour (ordering, at-least-once, resume, replay, DLQ, partitioner) is in the
 contract suite (test_contract.py); this file covers what only the Kafka backend has:
-client configuration, auto-created topics, delivery failures surfacing at ``flush``,
-queue-full back-pressure, assign-time seeks and the mock cluster's timestamp lookups.
+client configuration, topics created with the configured partitions, replicas and retention
+(read back from the broker), delivery failures surfacing at ``flush``, queue-full
+back-pressure, assign-time seeks and timestamp lookups.
 """
 
 from __future__ import annotations
@@ -14,35 +15,46 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from crawlstream.bus import KafkaBus, Message, TopicPartition, open_bus
 from crawlstream.bus._kafka import KafkaConsumer
-from crawlstream.bus.testing import AUTO_CREATED_PARTITIONS, MockKafkaCluster
+from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.errors import BusUnavailable, ConfigError
+from crawlstream.localkafka import LocalKafka
 from crawlstream.settings import Settings
 from crawlstream.settings._settings import BusSettings
+from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, URLS_RECORDS, dlq_topic
 
 pytestmark = pytest.mark.kafka
 
 WAIT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[MockKafkaCluster]:
-    with MockKafkaCluster() as running:
-        yield running
+PARTITIONS = 4
 
 
 @pytest.fixture
-def bus(cluster: MockKafkaCluster) -> Iterator[KafkaBus]:
-    handle = KafkaBus(cluster.bootstrap_servers, linger_ms=5)
+def cluster(kafka_cluster: LocalKafka) -> LocalKafka:
+    return kafka_cluster
+
+
+@pytest.fixture
+def bus(cluster: LocalKafka) -> Iterator[KafkaBus]:
+    handle = KafkaBus(cluster.bootstrap_servers, linger_ms=5, policy=TopicPolicy(partitions=PARTITIONS))
     yield handle
     handle.close()
+
+
+def topic_configs(bootstrap_servers: str, topic: str) -> dict[str, str]:
+    """The topic's configuration as the broker reports it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    [future] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {name: entry.value for name, entry in future.result(10).items()}
 
 
 def produce_values(
     bus: KafkaBus, topic: str, values: list[bytes], *, partition: int = 0, **extra: Any
 ) -> None:
+    bus.create_topics([topic], PARTITIONS)
     producer = bus.producer()
     try:
         for value in values:
@@ -77,7 +89,7 @@ def test_consumer_commits_manually_and_uses_cooperative_sticky_assignment(bus: K
     assert config["partition.assignment.strategy"] == "cooperative-sticky"
 
 
-def test_extra_config_overrides_the_defaults(cluster: MockKafkaCluster) -> None:
+def test_extra_config_overrides_the_defaults(cluster: LocalKafka) -> None:
     tuned = KafkaBus(
         cluster.bootstrap_servers, extra_config={"compression.type": "lz4", "session.timeout.ms": "6000"}
     )
@@ -85,7 +97,7 @@ def test_extra_config_overrides_the_defaults(cluster: MockKafkaCluster) -> None:
     assert tuned.consumer_config("g")["session.timeout.ms"] == "6000"
 
 
-def test_extra_config_keys_can_target_consumers_or_producers(cluster: MockKafkaCluster) -> None:
+def test_extra_config_keys_can_target_consumers_or_producers(cluster: LocalKafka) -> None:
     """consumer./producer. prefixes keep client-specific properties (and librdkafka's warnings
     about them) away from the other kind of client; the clients accept what they get."""
     bus = KafkaBus(
@@ -106,26 +118,71 @@ def test_extra_config_keys_can_target_consumers_or_producers(cluster: MockKafkaC
     producer.close()
 
 
-def test_topics_are_auto_created_with_four_partitions_whatever_create_topics_asked(bus: KafkaBus) -> None:
-    """The mock cluster rejects CreateTopics: create_topics must not fail, auto-creation decides."""
-    bus.create_topics(["kafka.autocreated"], 8)
-    producer = bus.producer()
+def test_create_topics_applies_partitions_replicas_and_retention_on_the_broker(bus: KafkaBus) -> None:
+    """Replay sources are kept forever, work topics for the work retention, DLQs for theirs;
+    every topic refuses unclean leader election and takes a whole fetched body."""
+    suffix = str(time.monotonic_ns())
+    work, source, dead = f"{FETCH_RESULTS}.{suffix}", f"{CONTENT_STORED}.{suffix}", dlq_topic(f"x.{suffix}")
+    bus.create_topics([work, source, dead], 8)
+    assert {t: bus.partition_count(t) for t in (work, source, dead)} == {work: 8, source: 8, dead: 8}
+    work_config = topic_configs(bus.bootstrap_servers, work)
+    assert work_config["retention.ms"] == str(168 * 3_600_000)
+    assert work_config["min.insync.replicas"] == "1"  # one broker: replication factor 1
+    assert work_config["unclean.leader.election.enable"] == "false"
+    assert work_config["max.message.bytes"] == str(16 * 1024 * 1024)
+    assert topic_configs(bus.bootstrap_servers, dead)["retention.ms"] == str(720 * 3_600_000)
+    # The policy decides by the topic's contract name: the suffixed copy is a work topic.
+    assert TopicPolicy().config_for(CONTENT_STORED, min_insync_replicas=2)["retention.ms"] == "-1"
+    assert TopicPolicy().config_for(URLS_RECORDS, min_insync_replicas=2)["retention.bytes"] == "-1"
+
+
+def test_the_real_replay_sources_are_created_to_be_kept_forever(cluster: LocalKafka) -> None:
+    """content.stored and urls.records themselves, on a cluster of their own test's making."""
+    with LocalKafka(brokers=1) as own:
+        bus = KafkaBus(own.bootstrap_servers)
+        try:
+            bus.create_topics([CONTENT_STORED, URLS_RECORDS, FETCH_RESULTS], 16)
+            for topic in (CONTENT_STORED, URLS_RECORDS):
+                config = topic_configs(own.bootstrap_servers, topic)
+                assert (config["retention.ms"], config["retention.bytes"]) == ("-1", "-1")
+            assert topic_configs(own.bootstrap_servers, FETCH_RESULTS)["retention.ms"] != "-1"
+            assert bus.partition_count(CONTENT_STORED) == 16
+        finally:
+            bus.close()
+
+
+def test_partition_counts_must_divide_128(bus: KafkaBus) -> None:
+    with pytest.raises(ConfigError, match="divisor of 128"):
+        bus.create_topics(["kafka.odd.partitions"], 12)
+
+
+def test_a_replication_factor_above_the_cluster_size_is_a_config_error(cluster: LocalKafka) -> None:
+    bus = KafkaBus(cluster.bootstrap_servers, policy=TopicPolicy(replication_factor=3))
+    with pytest.raises(ConfigError, match="has 1 broker"):
+        bus.create_topics(["kafka.too.many.replicas"], 4)
+
+
+def test_replicas_and_in_sync_minimum_derive_from_the_cluster_size() -> None:
+    policy = TopicPolicy()
+    assert [policy.replicas(n) for n in (1, 2, 3, 5)] == [(1, 1), (2, 1), (3, 2), (3, 2)]
+    assert TopicPolicy(replication_factor=3, min_insync_replicas=3).replicas(3) == (3, 3)
+    with pytest.raises(ConfigError, match="exceeds the replication factor"):
+        TopicPolicy(replication_factor=2, min_insync_replicas=3).replicas(3)
+
+
+def test_an_existing_topic_keeps_its_partition_count(bus: KafkaBus) -> None:
+    topic = f"kafka.existing.{time.monotonic_ns()}"
+    bus.create_topics([topic], 2)
+    again = KafkaBus(bus.bootstrap_servers)
     try:
-        assert producer.partition_count("kafka.autocreated") == AUTO_CREATED_PARTITIONS
+        again.create_topics([topic], 8)
+        assert again.partition_count(topic) == 2
     finally:
-        producer.close()
-    assert bus.partition_count("kafka.autocreated") == AUTO_CREATED_PARTITIONS
-
-
-def test_create_topics_on_the_mock_cluster_makes_them_exist_at_once(bus: KafkaBus) -> None:
-    """Services subscribe right after creating their topics: left to the first produce, their
-    consumers would see "unknown topic" until a metadata refresh (5 minutes by default)."""
-    bus.create_topics(["kafka.created.early"], 4)
-    assert bus.partition_count("kafka.created.early") == AUTO_CREATED_PARTITIONS
+        again.close()
 
 
 def test_bus_partition_count_of_an_unknown_topic_raises_without_creating_it(bus: KafkaBus) -> None:
-    with pytest.raises(BusUnavailable, match="does not exist"):
+    with pytest.raises(BusUnavailable, match="does it exist"):
         bus.partition_count("kafka.never.created")
     with pytest.raises(BusUnavailable):
         bus.partition_count("kafka.never.created")
@@ -134,17 +191,18 @@ def test_bus_partition_count_of_an_unknown_topic_raises_without_creating_it(bus:
 def test_producing_to_a_partition_the_topic_lacks_fails_at_flush_at_the_latest(bus: KafkaBus) -> None:
     producer = bus.producer()
     try:
-        assert producer.partition_count("kafka.narrow") == AUTO_CREATED_PARTITIONS
+        assert producer.partition_count("kafka.narrow") == PARTITIONS  # created with the policy
         with pytest.raises(BusUnavailable):
-            producer.produce("kafka.narrow", b"x", partition=AUTO_CREATED_PARTITIONS + 3)
+            producer.produce("kafka.narrow", b"x", partition=PARTITIONS + 3)
             producer.flush(10)
     finally:
         producer.close()
 
 
 def test_flush_raises_bus_unavailable_when_the_cluster_is_gone() -> None:
-    cluster = MockKafkaCluster().start()
+    cluster = LocalKafka(brokers=1).start()
     bus = KafkaBus(cluster.bootstrap_servers, linger_ms=5)
+    bus.create_topics(["kafka.doomed"], 1)
     producer = bus.producer()
     try:
         producer.produce("kafka.doomed", b"delivered", partition=0)
@@ -163,7 +221,7 @@ def test_flush_raises_bus_unavailable_when_the_cluster_is_gone() -> None:
         producer.close()
 
 
-def test_a_full_local_queue_applies_back_pressure_instead_of_failing(cluster: MockKafkaCluster) -> None:
+def test_a_full_local_queue_applies_back_pressure_instead_of_failing(cluster: LocalKafka) -> None:
     tiny = KafkaBus(
         cluster.bootstrap_servers, linger_ms=0, extra_config={"queue.buffering.max.messages": "5"}
     )
@@ -220,7 +278,7 @@ def test_seek_inside_on_assign_starts_the_new_partition_there(bus: KafkaBus) -> 
         time.sleep(0.3)
         got += consumer.consume(100, 0.2)
         assert [(m.offset, m.value) for m in got] == [(2, b"c"), (3, b"d")]
-        assert sorted(assigned) == [TopicPartition("kafka.seek", p) for p in range(AUTO_CREATED_PARTITIONS)]
+        assert sorted(assigned) == [TopicPartition("kafka.seek", p) for p in range(PARTITIONS)]
         consumer.commit()
         assert consumer.committed([TopicPartition("kafka.seek", 1), TopicPartition("kafka.seek", 0)]) == {
             TopicPartition("kafka.seek", 1): 4,
@@ -232,8 +290,9 @@ def test_seek_inside_on_assign_starts_the_new_partition_there(bus: KafkaBus) -> 
 
 
 def test_seek_to_timestamp_replays_from_the_first_message_at_or_after_it(bus: KafkaBus) -> None:
-    """The mock cluster cannot look offsets up by time; the bus scans, with Kafka's result."""
+    """The broker's ListOffsets-by-time lookup, through an owned partition."""
     base_ms = 1_700_000_000_000
+    bus.create_topics(["kafka.time"], PARTITIONS)
     producer = bus.producer()
     try:
         for i in range(6):
@@ -254,7 +313,7 @@ def test_seek_to_timestamp_replays_from_the_first_message_at_or_after_it(bus: Ka
         consumer.close()
 
 
-def test_open_bus_chooses_kafka_when_bootstrap_servers_are_set(cluster: MockKafkaCluster) -> None:
+def test_open_bus_chooses_kafka_when_bootstrap_servers_are_set(cluster: LocalKafka) -> None:
     settings = Settings(
         kafka_bootstrap_servers=cluster.bootstrap_servers,
         bus=BusSettings(linger_ms=7, kafka_extra_config="session.timeout.ms=7000, client.rack=r1"),
@@ -269,7 +328,7 @@ def test_open_bus_chooses_kafka_when_bootstrap_servers_are_set(cluster: MockKafk
         bus.close()
 
 
-def test_malformed_extra_config_is_a_config_error(cluster: MockKafkaCluster) -> None:
+def test_malformed_extra_config_is_a_config_error(cluster: LocalKafka) -> None:
     settings = Settings(
         kafka_bootstrap_servers=cluster.bootstrap_servers,
         bus=BusSettings(kafka_extra_config="no-equals-sign"),
@@ -289,15 +348,15 @@ def test_open_bus_chooses_the_embedded_log_in_the_data_dir_without_bootstrap_ser
     assert (tmp_path / "bus").is_dir()
 
 
-def test_a_commit_rejected_by_a_rebalance_is_retried_once_the_member_rejoined(cluster: MockKafkaCluster) -> None:
+def test_a_commit_rejected_by_a_rebalance_is_retried_once_the_member_rejoined(cluster: LocalKafka) -> None:
     """A member joining moves the group to a new generation: a commit sent meanwhile with the old
     one is rejected. That must not stop the member (it is healthy); what it still owns is
     committed again by its next consume, and nothing it committed is lost."""
     bus = KafkaBus(cluster.bootstrap_servers, linger_ms=5, extra_config={"session.timeout.ms": "6000"})
     topic = "kafka.rebalance.commit"
-    for partition in range(AUTO_CREATED_PARTITIONS):
+    for partition in range(PARTITIONS):
         produce_values(bus, topic, [b"x"] * (partition + 1), partition=partition)
-    expected = {TopicPartition(topic, p): p + 1 for p in range(AUTO_CREATED_PARTITIONS)}
+    expected = {TopicPartition(topic, p): p + 1 for p in range(PARTITIONS)}
     first, second = bus.consumer("rebalance"), bus.consumer("rebalance")
     try:
         first.subscribe([topic])

@@ -1,4 +1,4 @@
-"""Two OS processes in one consumer group on the mock Kafka cluster (issue 3, "Must show").
+"""Two OS processes in one consumer group on a real Kafka broker (issue 3, "Must show").
 
 Each worker (tests/bus/_group_worker.py) records every message it processed, fsyncs, then
 commits and records that the commit returned. From those logs the tests check: the
@@ -15,25 +15,25 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from crawlstream.bus import KafkaBus
-from crawlstream.bus.testing import AUTO_CREATED_PARTITIONS, MockKafkaCluster
+from crawlstream.localkafka import LocalKafka
 
 pytestmark = pytest.mark.kafka
 
 WORKER = Path(__file__).with_name("_group_worker.py")
 WAIT_S = 60.0
+PARTITIONS = 4
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[MockKafkaCluster]:
-    with MockKafkaCluster() as running:
-        yield running
+@pytest.fixture
+def cluster(kafka_cluster: LocalKafka) -> LocalKafka:
+    return kafka_cluster
 
 
 @dataclass
@@ -67,7 +67,7 @@ def read_log(path: Path) -> WorkerLog:
 
 
 class Worker:
-    def __init__(self, cluster: MockKafkaCluster, topic: str, group: str, out: Path, delay_s: float) -> None:
+    def __init__(self, cluster: LocalKafka, topic: str, group: str, out: Path, delay_s: float) -> None:
         self.out = out
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER), cluster.bootstrap_servers, topic, group, str(out), str(delay_s)],
@@ -96,14 +96,15 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT
         time.sleep(0.1)
 
 
-def produce_ids(cluster: MockKafkaCluster, topic: str, count: int) -> list[str]:
+def produce_ids(cluster: LocalKafka, topic: str, count: int) -> list[str]:
     bus = KafkaBus(cluster.bootstrap_servers, linger_ms=5)
+    bus.create_topics([topic], PARTITIONS)
     producer = bus.producer()
     try:
-        assert producer.partition_count(topic) == AUTO_CREATED_PARTITIONS
+        assert producer.partition_count(topic) == PARTITIONS
         ids = [f"m{i}" for i in range(count)]
         for i, message_id in enumerate(ids):
-            producer.produce(topic, message_id.encode(), partition=i % AUTO_CREATED_PARTITIONS)
+            producer.produce(topic, message_id.encode(), partition=i % PARTITIONS)
         producer.flush(30)
         return ids
     finally:
@@ -112,10 +113,10 @@ def produce_ids(cluster: MockKafkaCluster, topic: str, count: int) -> list[str]:
 
 
 def start_pair(
-    cluster: MockKafkaCluster, topic: str, tmp_path: Path, delay_s: float
+    cluster: LocalKafka, topic: str, tmp_path: Path, delay_s: float
 ) -> tuple[Worker, Worker]:
     """Start two workers and wait until they split the partitions between them."""
-    # Create the topic first: consumers do not auto-create what they subscribe to.
+    # Create the topic first: consumers cannot subscribe to a topic that does not exist.
     produce_ids(cluster, topic, 0)
     group = f"group-{topic}"
     first = Worker(cluster, topic, group, tmp_path / "first.log", delay_s)
@@ -123,14 +124,14 @@ def start_pair(
 
     def shared() -> bool:
         a, b = first.log().owned, second.log().owned
-        return bool(a) and bool(b) and not (a & b) and len(a | b) == AUTO_CREATED_PARTITIONS
+        return bool(a) and bool(b) and not (a & b) and len(a | b) == PARTITIONS
 
     wait_until(shared, "both workers own disjoint partitions covering the topic")
     return first, second
 
 
 def test_two_processes_share_partitions_and_process_each_message_exactly_once(
-    cluster: MockKafkaCluster, tmp_path: Path
+    cluster: LocalKafka, tmp_path: Path
 ) -> None:
     topic = "group.clean"
     first, second = start_pair(cluster, topic, tmp_path, delay_s=0.0)
@@ -156,7 +157,7 @@ def test_two_processes_share_partitions_and_process_each_message_exactly_once(
 
 
 def test_kill_9_of_one_member_loses_nothing_and_duplicates_only_its_uncommitted_messages(
-    cluster: MockKafkaCluster, tmp_path: Path
+    cluster: LocalKafka, tmp_path: Path
 ) -> None:
     topic = "group.crash"
     victim, survivor = start_pair(cluster, topic, tmp_path, delay_s=0.02)

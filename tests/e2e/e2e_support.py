@@ -7,10 +7,12 @@ every special page finishes in seconds while every politeness rule still applies
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from crawlstream.demoweb import DemoWeb, RequestRecord
 from crawlstream.settings import Settings, load
@@ -111,3 +113,56 @@ def assert_domain_spacing(web: DemoWeb, pages: Sequence[RequestRecord]) -> None:
         checked += len(gaps)
     assert checked > 100
     assert any(model.crawl_delay_s_for(h) == CRAWL_DELAY_S for h in model.hosts)
+
+
+def api_answers(settings: Settings, domains: Iterable[str], page_limit: int = 7) -> dict[str, Any]:
+    """What the query API answers for each domain, through the real app on loopback:
+    ``/v1/domain/{d}`` (its datasets and counts, or None for a 404) and the URLs of every
+    dataset, walked page by page by ``next_offset`` (a small limit, so paging is exercised).
+    Fields that differ between two crawls of the same web (fetch times, index version) are
+    left out; everything else is kept, so two crawls can be compared with ``==``."""
+    from aiohttp.test_utils import TestClient, TestServer
+    from prometheus_client import CollectorRegistry
+
+    from crawlstream.api import from_settings
+
+    async def walk() -> dict[str, Any]:
+        app = from_settings(settings, registry=CollectorRegistry())
+        out: dict[str, Any] = {}
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            for domain in sorted(set(domains)):
+                resp = await client.get(f"/v1/domain/{domain}")
+                if resp.status == 404:
+                    out[domain] = None
+                    continue
+                assert resp.status == 200, await resp.text()
+                body = await resp.json()
+                pages: dict[int, list[list[str]]] = {}
+                for dataset in body["datasets"]:
+                    dataset_id, offset, walked = dataset["dataset_id"], 0, []
+                    while offset is not None:
+                        page = await client.get(
+                            f"/v1/domain/{domain}/datasets/{dataset_id}/urls?offset={offset}&limit={page_limit}"
+                        )
+                        assert page.status == 200, await page.text()
+                        listing = await page.json()
+                        assert listing["total"] == dataset["url_count"]
+                        walked.append([item["url"] for item in listing["items"]])
+                        offset = listing["next_offset"]
+                    pages[dataset_id] = walked
+                out[domain] = {"domain_id": body["domain_id"], "datasets": body["datasets"], "pages": pages}
+        return out
+
+    return asyncio.run(walk())
+
+
+def indexed_urls(answers: dict[str, Any]) -> list[str]:
+    """Every URL the API listed, in answer order (duplicates kept, so they can be counted)."""
+    return [
+        url
+        for answer in answers.values()
+        if answer is not None
+        for walked in answer["pages"].values()
+        for page in walked
+        for url in page
+    ]

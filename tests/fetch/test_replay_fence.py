@@ -110,3 +110,15 @@ def test_only_requests_released_before_the_assignment_are_suspect() -> None:
     assert fence.suspect(tp, 1_004_000)  # within the clock-skew allowance
     assert not fence.suspect(tp, 1_006_000)
     assert not fence.suspect(TopicPartition(FETCH_REQUESTS, 2), 999_000)
+
+
+def test_a_request_released_more_than_half_a_lease_ago_is_suspect_whatever_its_partition() -> None:
+    """Held back by a broker outage, its ticket may have been reclaimed: check it like a replay."""
+    from crawlstream.bus import TopicPartition
+
+    now = [1000.0]
+    fence = ReplayFence(lambda: None, lambda domain: 0, clock=lambda: now[0], lease_s=30.0)  # type: ignore[arg-type,return-value]
+    tp = TopicPartition(FETCH_REQUESTS, 3)
+    assert not fence.suspect(tp, 990_000)  # 10 s old: on time
+    assert fence.suspect(tp, 984_000)  # 16 s old: past half the lease
+    assert not ReplayFence(lambda: None, lambda domain: 0, clock=lambda: now[0]).suspect(tp, 0)  # type: ignore[arg-type,return-value]

@@ -1,4 +1,4 @@
-"""The loop tests run on real buses: the embedded log, and Kafka via librdkafka's mock cluster."""
+"""The loop tests run on real buses: the embedded log, and a real Kafka broker."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from crawlstream.bus import Bus
 from crawlstream.bus._embedded import EmbeddedBus
 from crawlstream.bus._kafka import KafkaBus
-from crawlstream.bus.testing import MockKafkaCluster
+from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.events import EventCodec, LocalSchemaIds
 
-PARTITIONS = 4  # what the mock cluster auto-creates; the embedded bus is told the same
+PARTITIONS = 4  # each bus creates topics with this many
 
 
 @pytest.fixture
@@ -25,17 +25,17 @@ def bus(tmp_path: Path) -> Iterator[Bus]:
 
 @pytest.fixture(params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 def any_bus(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bus]:
-    """Each backend in turn (Kafka: the mock cluster in this process; group joins take seconds)."""
+    """Each backend in turn (Kafka: the session's real broker)."""
     if request.param == "embedded":
         with EmbeddedBus(tmp_path / "bus", default_partitions=PARTITIONS, fsync="never") as embedded:
             yield embedded
         return
-    with MockKafkaCluster(in_process=True) as cluster:
-        kafka = KafkaBus(cluster.bootstrap_servers, linger_ms=1)
-        try:
-            yield kafka
-        finally:
-            kafka.close()
+    cluster = request.getfixturevalue("kafka_cluster")
+    kafka = KafkaBus(cluster.bootstrap_servers, linger_ms=1, policy=TopicPolicy(partitions=PARTITIONS))
+    try:
+        yield kafka
+    finally:
+        kafka.close()
 
 
 @pytest.fixture

@@ -3,13 +3,13 @@
 Owns the translation between ``crawlstream.bus`` and confluent-kafka: configuration
 (idempotent zstd producer, manual commits, cooperative-sticky assignment, or range for a
 subscription to several topics, which must stay co-partitioned), rebalance
-callbacks, and error mapping. Every ``KafkaException`` stops here and leaves as
-``BusUnavailable`` with the cause kept. It does not decode values and does not handle
-signals: graceful shutdown (flush, commit, close) is the service loop's job.
+callbacks, topic creation (``TopicPolicy``: partitions, replicas, retention) and error
+mapping. Every ``KafkaException`` stops here and leaves as ``BusUnavailable`` with the
+cause kept. It does not decode values and does not handle signals: graceful shutdown
+(flush, commit, close) is the service loop's job.
 
-Tested against librdkafka's mock cluster (``crawlstream.bus.testing.MockKafkaCluster``),
-which speaks the Kafka protocol but rejects CreateTopics: there topics are auto-created,
-with 4 partitions, on first use.
+Tested against real Apache Kafka brokers (``crawlstream.localkafka.LocalKafka``); the
+production choices are recorded in docs/decisions/011-real-kafka.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from crawlstream.bus._base import Bus, Consumer, Message, PartitionsCallback, Producer, TopicPartition
+from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.errors import BusUnavailable, ConfigError
 
 __all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer"]
@@ -32,8 +33,6 @@ logger = logging.getLogger(__name__)
 # librdkafka's own log lines (connection failures, rebalances) go through Python logging here.
 _librdkafka_logger = logging.getLogger("crawlstream.bus.librdkafka")
 
-# librdkafka's mock cluster names itself so; it has no controller, so CreateTopics times out.
-_MOCK_CLUSTER_ID_PREFIX = "mockCluster"
 # Offsets meaning "no committed offset" (librdkafka OFFSET_INVALID) and logical positions.
 _OFFSET_INVALID = confluent_kafka.OFFSET_INVALID
 _OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
@@ -46,7 +45,33 @@ _REBALANCE_ERRORS = frozenset(
 )
 _RANGE = "range"
 _METADATA_TIMEOUT_S = 10.0
+_PROPAGATION_S = 3.0
 _QUEUE_FULL_TIMEOUT_S = 60.0
+
+
+# Errors after which the same request succeeds once the cluster recovers (a broker restarted,
+# leadership or the group coordinator moved), besides those librdkafka marks retriable.
+_TRANSIENT_ERRORS = frozenset(
+    {
+        KafkaError._WAIT_COORD,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    }
+)
+_COMMIT_RETRY_S = 60.0
+
+
+def _retriable(err: Any) -> bool:
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT_ERRORS)
 
 
 def _tp(tp: confluent_kafka.TopicPartition) -> TopicPartition:
@@ -174,7 +199,7 @@ class KafkaProducer(Producer):
             return cached
         if self._bus is not None:
             self._bus._ensure_topic(topic)
-        count = _partitions_in_metadata(self._producer, topic, auto_create=True)
+        count = _partitions_in_metadata(self._producer, topic)
         self._partition_counts[topic] = count
         return count
 
@@ -196,33 +221,32 @@ class KafkaProducer(Producer):
             raise
 
 
-def _partitions_in_metadata(client: Any, topic: str, *, auto_create: bool) -> int:
+def _partitions_in_metadata(client: Any, topic: str) -> int:
     """Partition count of ``topic`` from cluster metadata.
 
-    With ``auto_create`` the metadata request names the topic, which makes a broker with
-    auto-creation (the mock cluster, dev clusters) create it; the first answers may then
-    say "leader not available" while it does, so retry briefly.
+    Right after CreateTopics the broker a client asks may not know the topic yet (metadata
+    propagates from the controller): "unknown topic" or "leader not available" is retried
+    for a few seconds before it is believed.
     """
-    deadline = time.monotonic() + _METADATA_TIMEOUT_S
-    last_error: KafkaError | None = None
+    started = time.monotonic()
+    deadline = started + _METADATA_TIMEOUT_S
+    last_error: Any = None
     while True:
         try:
-            if auto_create:
-                metadata = client.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
-            else:
-                metadata = client.list_topics(timeout=_METADATA_TIMEOUT_S)
+            metadata = client.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
         except KafkaException as exc:
             raise BusUnavailable(f"metadata for topic {topic!r} unavailable: {exc}") from exc
         found = metadata.topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return len(found.partitions)
-        if found is None and not auto_create:
-            raise BusUnavailable(f"topic {topic!r} does not exist; create it first (Bus.create_topics)")
-        last_error = found.error if found is not None else None
+        last_error = found.error if found is not None else "not in the answer"
+        if found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            # Propagation takes milliseconds; past a few seconds the topic does not exist.
+            deadline = min(deadline, started + _PROPAGATION_S)
         if time.monotonic() > deadline:
             raise BusUnavailable(
-                f"topic {topic!r} has no usable metadata after {_METADATA_TIMEOUT_S:.0f}s "
-                f"(last error: {last_error}); create it or enable auto-creation on the brokers"
+                f"topic {topic!r} has no usable metadata after {_METADATA_TIMEOUT_S:.0f}s (last error: "
+                f"{last_error}); does it exist? (services create their topics at start-up)"
             )
         time.sleep(0.1)
 
@@ -254,8 +278,6 @@ class KafkaConsumer(Consumer):
         self._revoking: set[TopicPartition] | None = None
         self._commit_later: dict[TopicPartition, int] = {}
         self._pending_seeks: dict[TopicPartition, int] = {}
-        self._skip_before_ms: dict[TopicPartition, int] = {}
-        self._mock_cluster: bool | None = None
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
         self._on_lost: PartitionsCallback | None = None
@@ -363,7 +385,6 @@ class KafkaConsumer(Consumer):
             self._positions.pop(tp, None)
             self._committed.pop(tp, None)
             self._pending_seeks.pop(tp, None)
-            self._skip_before_ms.pop(tp, None)
             self._commit_later.pop(tp, None)
 
     # -- reading ----------------------------------------------------------------------
@@ -380,11 +401,6 @@ class KafkaConsumer(Consumer):
         message = _kafka_message(msg)
         tp = message.topic_partition
         self._positions[tp] = message.offset + 1
-        skip_before_ms = self._skip_before_ms.get(tp)
-        if skip_before_ms is not None:
-            if message.timestamp_ms < skip_before_ms:
-                return None
-            del self._skip_before_ms[tp]
         return message
 
     def poll(self, timeout_s: float) -> Message | None:
@@ -428,15 +444,26 @@ class KafkaConsumer(Consumer):
         if not offsets:
             return
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition, pos) for tp, pos in offsets.items()]
-        try:
-            result = self._consumer.commit(offsets=request, asynchronous=False)
-        except KafkaException as exc:
-            if self._rejected_by_rebalance(offsets, exc.args[0] if exc.args else None):
-                return
-            raise BusUnavailable(f"commit of {dict(offsets)} failed: {exc}") from exc
-        failed = [tp for tp in result or [] if tp.error is not None]
-        if failed and not all(self._rejected_by_rebalance(offsets, tp.error) for tp in failed):
-            raise BusUnavailable(f"commit failed for {[(_tp(tp), tp.error) for tp in failed]}")
+        deadline = time.monotonic() + _COMMIT_RETRY_S
+        pause = 0.1
+        while True:
+            try:
+                result = self._consumer.commit(offsets=request, asynchronous=False)
+                failed = [tp for tp in result or [] if tp.error is not None]
+                if not failed or all(self._rejected_by_rebalance(offsets, tp.error) for tp in failed):
+                    break
+                err, cause = failed[0].error, f"commit failed for {[(_tp(tp), tp.error) for tp in failed]}"
+            except KafkaException as exc:
+                err, cause = (exc.args[0] if exc.args else None), f"commit of {dict(offsets)} failed: {exc}"
+                if self._rejected_by_rebalance(offsets, err):
+                    return
+            if not _retriable(err) or time.monotonic() > deadline:
+                raise BusUnavailable(cause) from KafkaException(err)
+            # The group coordinator moved (its broker failed) or is still loading: the client
+            # finds the new one, and the same offsets are committed again.
+            self._warn(err, "commit (retried while the group coordinator is unavailable)")
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
         self._committed.update(offsets)
         for tp in offsets:
             self._commit_later.pop(tp, None)
@@ -491,7 +518,6 @@ class KafkaConsumer(Consumer):
             # A seek discards what was read past it: commit(None) must not commit that.
             self._positions.pop(tp, None)
             self._commit_later.pop(tp, None)
-            self._skip_before_ms.pop(tp, None)
             if self._assigning is not None and tp in self._assigning:
                 self._pending_seeks[tp] = offset
                 continue
@@ -520,24 +546,8 @@ class KafkaConsumer(Consumer):
             found = self._consumer.offsets_for_times(request, timeout=_METADATA_TIMEOUT_S)
         except KafkaException as exc:
             raise BusUnavailable(f"offsets for timestamp {timestamp_ms} failed: {exc}") from exc
-        if self._is_mock_cluster():
-            # The mock cluster answers ListOffsets-by-time with -1 (the end) whatever the
-            # data: read from the beginning and skip messages older than the timestamp,
-            # which yields exactly what Kafka's lookup would (the first offset at or after).
-            self._seek({tp: _OFFSET_BEGINNING for tp in targets})
-            self._skip_before_ms.update((tp, timestamp_ms) for tp in targets)
-            return
         # No message at or after the timestamp: Kafka answers -1 (the end).
         self._seek({_tp(tp): (tp.offset if tp.offset >= 0 else _OFFSET_END) for tp in found})
-
-    def _is_mock_cluster(self) -> bool:
-        if self._mock_cluster is None:
-            try:
-                cluster_id = self._consumer.list_topics(timeout=_METADATA_TIMEOUT_S).cluster_id
-            except KafkaException as exc:
-                raise BusUnavailable(f"cluster metadata unavailable: {exc}") from exc
-            self._mock_cluster = str(cluster_id or "").startswith(_MOCK_CLUSTER_ID_PREFIX)
-        return self._mock_cluster
 
     def close(self) -> None:
         """Leave the group without committing and without calling on_revoke/on_lost.
@@ -564,9 +574,8 @@ class KafkaBus(Bus):
     (security settings, ``session.timeout.ms``...): a key prefixed ``consumer.`` or
     ``producer.`` goes to that kind of client only, without the prefix (as in Kafka Connect);
     other keys go to every client. Consumer-only properties given to a producer make
-    librdkafka log a warning per client. ``default_partitions``, when set, is used
-    by ``Producer.partition_count`` to create a topic that does not exist yet; otherwise the
-    brokers' auto-creation decides.
+    librdkafka log a warning per client. ``policy`` says how topics are created (partitions,
+    replicas, retention); ``Producer.partition_count`` creates a missing topic with it.
     """
 
     def __init__(
@@ -576,7 +585,7 @@ class KafkaBus(Bus):
         client_id: str = "crawlstream",
         linger_ms: int = 20,
         extra_config: Mapping[str, str] | None = None,
-        default_partitions: int | None = None,
+        policy: TopicPolicy | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self._common: dict[str, Any] = {
@@ -586,10 +595,9 @@ class KafkaBus(Bus):
         }
         self._linger_ms = linger_ms
         self._extra, self._extra_consumer, self._extra_producer = _scoped(extra_config or {})
-        self._default_partitions = default_partitions
+        self.policy = policy or TopicPolicy()
         self._admin: AdminClient | None = None
         self._known_topics: set[str] = set()
-        self._create_warned = False
 
     @classmethod
     def from_settings(cls, settings: Any) -> KafkaBus:
@@ -601,18 +609,21 @@ class KafkaBus(Bus):
             settings.kafka_bootstrap_servers,
             linger_ms=settings.bus.linger_ms,
             extra_config=_parse_extra(getattr(settings.bus, "kafka_extra_config", "")),
-            default_partitions=settings.bus.partitions,
+            policy=TopicPolicy.from_settings(settings),
         )
 
     def producer_config(self) -> dict[str, Any]:
         """The effective producer configuration (inspectable for tests and start-up logs)."""
         return {
             **self._common,
+            # Idempotent: a retry after a broker failover never duplicates or reorders a
+            # partition's messages; acks=all: a write survives the loss of its leader.
             "enable.idempotence": True,
             "acks": "all",
             "compression.type": "zstd",
             "linger.ms": self._linger_ms,
             "batch.size": 1_000_000,
+            "message.max.bytes": self.policy.max_message_bytes,
             **self._extra,
             **self._extra_producer,
         }
@@ -629,6 +640,8 @@ class KafkaBus(Bus):
             # must move; the others keep their per-partition state and keep flowing.
             "partition.assignment.strategy": _COOPERATIVE,
             "enable.partition.eof": False,
+            # One message may be as large as a topic accepts.
+            "fetch.message.max.bytes": max(1_048_576, self.policy.max_message_bytes),
             **self._extra,
             **self._extra_consumer,
         }
@@ -647,73 +660,89 @@ class KafkaBus(Bus):
         return self._admin
 
     def _ensure_topic(self, topic: str) -> None:
-        if topic in self._known_topics or self._default_partitions is None:
-            return
-        self.create_topics([topic], self._default_partitions)
+        if topic not in self._known_topics:
+            self.create_topics([topic], self.policy.partitions)
 
     def create_topics(self, topics: Iterable[str], partitions: int) -> None:
-        """Create missing topics. On a cluster that rejects CreateTopics (librdkafka's mock
-        cluster) it warns once and has the brokers auto-create them instead."""
-        wanted = [t for t in topics if t not in self._known_topics]
+        """Create the missing ``topics`` with ``partitions`` partitions and the policy's replicas
+        and configuration; an existing topic is left as it is (a different partition count
+        is logged: the domain -> partition map follows the topic's real count)."""
+        wanted = [t for t in dict.fromkeys(topics) if t not in self._known_topics]
         if not wanted:
             return
+        if partitions < 1 or 128 % partitions:
+            raise ConfigError(f"topic partitions: expected a divisor of 128, found {partitions}")
         admin = self._admin_client()
         try:
             metadata = admin.list_topics(timeout=_METADATA_TIMEOUT_S)
         except KafkaException as exc:
             raise BusUnavailable(f"cluster metadata unavailable at {self.bootstrap_servers}: {exc}") from exc
+        for topic in wanted:
+            found = metadata.topics.get(topic)
+            if found is not None and found.partitions and len(found.partitions) != partitions:
+                logger.warning(
+                    "topic %r exists with %d partitions, not the configured %d; using %d",
+                    topic, len(found.partitions), partitions, len(found.partitions),
+                )
         missing = [t for t in wanted if t not in metadata.topics]
         self._known_topics.update(t for t in wanted if t in metadata.topics)
         if not missing:
             return
-        if str(metadata.cluster_id or "").startswith(_MOCK_CLUSTER_ID_PREFIX):
-            self._auto_create(missing, "librdkafka's mock cluster does not support CreateTopics")
-            return
+        replication, in_sync = self.policy.replicas(len(metadata.brokers))
         futures = admin.create_topics(
-            [NewTopic(t, num_partitions=partitions) for t in missing], request_timeout=_METADATA_TIMEOUT_S
+            [
+                NewTopic(
+                    t,
+                    num_partitions=partitions,
+                    replication_factor=replication,
+                    config=self.policy.config_for(t, min_insync_replicas=in_sync),
+                )
+                for t in missing
+            ],
+            request_timeout=_METADATA_TIMEOUT_S,
         )
         for topic, future in futures.items():
             try:
                 future.result(_METADATA_TIMEOUT_S + 5)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    pass
-                elif isinstance(err, KafkaError) and err.code() in (
-                    KafkaError._TIMED_OUT,
-                    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                    KafkaError.UNSUPPORTED_VERSION,
-                ):
-                    self._auto_create([topic], f"CreateTopics failed ({err.str()})")
-                    continue
-                else:
+                if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                     raise BusUnavailable(
-                        f"creating topic {topic!r} with {partitions} partitions failed: {exc}"
+                        f"creating topic {topic!r} ({partitions} partitions, replication factor "
+                        f"{replication}) failed: {exc}"
                     ) from exc
             self._known_topics.add(topic)
-        logger.info("created topics %s with %d partitions", missing, partitions)
+        self._wait_for_leaders(missing)
+        logger.info(
+            "created topics %s: %d partitions, replication factor %d, min.insync.replicas %d",
+            missing, partitions, replication, in_sync,
+        )
 
-    def _auto_create(self, topics: list[str], reason: str) -> None:
-        """Have the brokers auto-create ``topics`` now: a producer's metadata request naming a
-        topic is a first use. Left to the first produce, a consumer that subscribed before it
-        would see "unknown topic" until its next metadata refresh (5 minutes by default)."""
-        if not self._create_warned:
-            self._create_warned = True
-            logger.warning(
-                "%s; asking the brokers to auto-create topics %s (their partition count is the "
-                "brokers' default)",
-                reason,
-                topics,
-            )
-        # Consumers and admin clients never ask for auto-creation; a producer does.
-        client = confluent_kafka.Producer({**self._common, **self._extra})
-        for topic in topics:
-            _partitions_in_metadata(client, topic, auto_create=True)
-            self._known_topics.add(topic)
+    def _wait_for_leaders(self, topics: Sequence[str]) -> None:
+        """Until every partition of ``topics`` has a leader: CreateTopics returns before the
+        controller elected them, and a client that reads or writes at once would be told
+        "not leader" instead."""
+        deadline = time.monotonic() + _METADATA_TIMEOUT_S
+        pending = list(topics)
+        while pending:
+            try:
+                metadata = self._admin_client().list_topics(timeout=_METADATA_TIMEOUT_S)
+            except KafkaException as exc:
+                raise BusUnavailable(f"cluster metadata unavailable at {self.bootstrap_servers}: {exc}") from exc
+            pending = [
+                t
+                for t in pending
+                if t not in metadata.topics
+                or not metadata.topics[t].partitions
+                or any(p.leader < 0 for p in metadata.topics[t].partitions.values())
+            ]
+            if pending and time.monotonic() > deadline:
+                raise BusUnavailable(f"topics {pending} have partitions without a leader after creation")
+            if pending:
+                time.sleep(0.05)
 
     def partition_count(self, topic: str) -> int:
-        return _partitions_in_metadata(self._admin_client(), topic, auto_create=False)
+        return _partitions_in_metadata(self._admin_client(), topic)
 
     def end_offsets(self, topic: str) -> list[int]:
         """The log end (high watermark) of each partition of ``topic``, as the embedded bus
@@ -721,12 +750,19 @@ class KafkaBus(Bus):
         ``crawlstream.crawl.LagProbe`` tells a drained crawl."""
         count = self.partition_count(topic)
         request = {confluent_kafka.TopicPartition(topic, p): OffsetSpec.latest() for p in range(count)}
-        try:
-            futures = self._admin_client().list_offsets(request, request_timeout=_METADATA_TIMEOUT_S)
-            ends = {tp.partition: int(f.result().offset) for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise BusUnavailable(f"end offsets of topic {topic!r} unavailable: {exc}") from exc
-        return [ends[p] for p in range(count)]
+        deadline = time.monotonic() + _METADATA_TIMEOUT_S
+        while True:
+            try:
+                futures = self._admin_client().list_offsets(request, request_timeout=_METADATA_TIMEOUT_S)
+                ends = {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+                return [ends[p] for p in range(count)]
+            except KafkaException as exc:
+                # A partition without a leader for a moment (just created, or its broker
+                # failed and another takes over) answers "not leader": ask again.
+                err = exc.args[0] if exc.args else None
+                if not _retriable(err) or time.monotonic() > deadline:
+                    raise BusUnavailable(f"end offsets of topic {topic!r} unavailable: {exc}") from exc
+                time.sleep(0.1)
 
     def close(self) -> None:
         # AdminClient has no close(); dropping the reference releases it.

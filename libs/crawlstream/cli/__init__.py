@@ -35,6 +35,7 @@ _COMMANDS = (
     "_export_warc",
     "_demo",
     "_demo_web",
+    "_local_kafka",
     "_settings",
 )
 

@@ -7,6 +7,11 @@ request. The scheduler keeps a ticket per request in flight and closes it when t
 arrives, so a replayed request whose ticket is closed (or reclaimed after its lease) is
 skipped. Only requests released before this member got their partition can be replays, so
 steady-state traffic costs nothing; the rest cost one Redis round trip per batch.
+
+A request that reaches the fetcher late is checked the same way, replayed or not: one
+released more than half the scheduler's lease ago (a broker outage held it in a producer's
+queue) may have a ticket the scheduler already reclaimed, and the domain's next request
+may be in flight; fetching both would hit the domain twice at once.
 """
 
 from __future__ import annotations
@@ -41,10 +46,12 @@ class ReplayFence:
         client: Callable[[], redis.Redis],
         partition_of: Callable[[str], int],
         clock: Callable[[], float] = time.time,
+        lease_s: float | None = None,
     ) -> None:
         self._client = client
         self._partition_of = partition_of
         self._clock = clock
+        self._late_after_ms = None if lease_s is None else int(lease_s * 1000 / 2)
         self._check_before_ms: dict[TopicPartition, int] = {}  # bus partition -> release-time bound
         self.stats: Counter[str] = Counter()
 
@@ -55,8 +62,11 @@ class ReplayFence:
             self._check_before_ms[tp] = bound
 
     def suspect(self, partition: TopicPartition, requested_at_ms: int) -> bool:
-        """Whether a request must be checked before it is fetched."""
-        return requested_at_ms < self._check_before_ms.get(partition, 0)
+        """Whether a request must be checked before it is fetched: a possible replay, or late."""
+        if requested_at_ms < self._check_before_ms.get(partition, 0):
+            return True
+        late_after_ms = self._late_after_ms
+        return late_after_ms is not None and self._clock() * 1000 - requested_at_ms > late_after_ms
 
     def keep(self, requests: Sequence[tuple[str, str]]) -> list[bool]:
         """For each ``(domain, url)`` suspect request, whether to fetch it."""
@@ -73,5 +83,5 @@ class ReplayFence:
         self.stats["checked"] += len(requests)
         self.stats["skipped_replays"] += skipped
         if skipped:
-            logger.info("fetcher: skipped %d replayed requests whose results the scheduler already has", skipped)
+            logger.info("fetcher: skipped %d replayed or late requests whose tickets are closed", skipped)
         return keep

@@ -38,6 +38,30 @@ class BusSettings:
     )
     segment_bytes: int = setting(64 * 1024 * 1024, "embedded log segment size before rolling", check=positive)
     linger_ms: int = setting(20, "Kafka producer batching delay", check=non_negative)
+    replication_factor: int = setting(
+        0,
+        "Kafka: replicas of each topic this process creates; 0 = min(3, brokers in the cluster)",
+        check=non_negative,
+    )
+    min_insync_replicas: int = setting(
+        0,
+        "Kafka: min.insync.replicas of each topic this process creates (with acks=all, a write needs this "
+        "many replicas); 0 = 2 when the replication factor is 3 or more, else 1",
+        check=non_negative,
+    )
+    work_retention_hours: float = setting(
+        168.0,
+        "Kafka: retention of the work topics (urls.discovered, urls.frontier, fetch.requests, fetch.results); "
+        "content.stored and urls.records, which replay rebuilds from, are kept forever",
+        check=positive,
+    )
+    dlq_retention_hours: float = setting(720.0, "Kafka: retention of the dead-letter topics (*.dlq)", check=positive)
+    max_message_bytes: int = setting(
+        16 * 1024 * 1024,
+        "Kafka: largest message a producer sends and a topic accepts (a fetched body travels in one message; "
+        "keep it above fetch.max_body_bytes)",
+        check=positive,
+    )
     kafka_extra_config: str = setting(
         "",
         "extra librdkafka settings, as a comma list of key=value, applied last so they override; "

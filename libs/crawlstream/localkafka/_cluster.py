@@ -1,0 +1,449 @@
+"""A real Apache Kafka cluster (KRaft, no ZooKeeper) on loopback, from the jars ``make kafka`` fetched.
+
+Each node is one JVM running ``kafka.Kafka`` in combined mode (broker and controller), so a
+3-node cluster has a 3-voter controller quorum that survives the loss of any one node, the
+shape the fault tests need. Ports are picked free on 127.0.0.1 at first start and kept in
+``<data_dir>/cluster.json`` so a restart of the same data dir finds its brokers where
+clients left them.
+
+Ownership: every JVM is started by this process and stopped by PID (SIGTERM, then SIGKILL
+after a bound). A JVM also dies if this process dies, even by SIGKILL (``PR_SET_PDEATHSIG``),
+so a crashed test never leaves brokers behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from crawlstream.errors import BusUnavailable, ConfigError
+
+__all__ = ["KAFKA_VERSION", "LocalKafka", "find_kafka_libs"]
+
+logger = logging.getLogger(__name__)
+# librdkafka's "connection refused" lines while a broker is still starting are expected.
+_quiet = logging.getLogger(f"{__name__}.probe")
+_quiet.setLevel(logging.CRITICAL)
+
+# What deploy/kafka/pom.xml pins; checked against the jar names so a stale cache is noticed.
+KAFKA_VERSION: Final = "4.4.0"
+_LIBS_ENV: Final = "CRAWLSTREAM_KAFKA_LIBS"
+_CACHE_REL: Final = Path(".cache") / "kafka" / "libs"
+_MAIN_CLASS: Final = "kafka.Kafka"
+_STORAGE_TOOL: Final = "kafka.tools.StorageTool"
+_PR_SET_PDEATHSIG: Final = 1
+# Sized for a laptop and for CI (2 cores, three brokers beside the crawl): the heap a test
+# broker needs is small; G1 with a short pause target keeps produce latency even.
+_JVM_OPTIONS: Final = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+
+_LOG4J2: Final = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+def find_kafka_libs(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The directory of Kafka's jars: ``explicit``, ``$CRAWLSTREAM_KAFKA_LIBS``, or
+    ``.cache/kafka/libs`` in the working directory or the checkout this package runs from."""
+    candidates: list[Path] = []
+    if explicit:
+        candidates.append(Path(explicit))
+    elif os.environ.get(_LIBS_ENV):
+        candidates.append(Path(os.environ[_LIBS_ENV]))
+    else:
+        candidates.append(Path.cwd() / _CACHE_REL)
+        candidates.extend(parent / _CACHE_REL for parent in Path(__file__).resolve().parents)
+    for path in candidates:
+        if (path / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
+            return path
+    raise ConfigError(
+        f"Apache Kafka {KAFKA_VERSION} jars not found (looked in {', '.join(map(str, candidates[:2]))}); "
+        f"run `make kafka` in the checkout (fetches them with Maven), or set {_LIBS_ENV}"
+    )
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise ConfigError("`java` not found: Kafka needs Java 17 or newer (install a JDK or set JAVA_HOME)")
+    return java
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    """Whether a listener could bind ``port`` now. SO_REUSEADDR as the JVM sets it: a restarted
+    broker's port still has connections in TIME_WAIT, which do not stop it listening again."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: the kernel sends SIGKILL when the parent process dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class _Node:
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+    stdout: Any = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class LocalKafka:
+    """``with LocalKafka(brokers=3) as kafka: KafkaBus(kafka.bootstrap_servers)``.
+
+    ``data_dir`` keeps the cluster (logs, metadata, ports) across runs; without it a temp dir
+    is used and removed on ``stop()``. ``partitions`` is the brokers' ``num.partitions``.
+    ``broker_config`` overrides or adds ``server.properties`` keys for every node.
+    """
+
+    brokers: int = 1
+    data_dir: Path | None = None
+    partitions: int = 8
+    broker_config: Mapping[str, str] = field(default_factory=dict)
+    libs: Path | None = None
+    start_timeout_s: float = 90.0
+    stop_timeout_s: float = 30.0
+    log_level: str = "INFO"
+    _nodes: list[_Node] = field(default_factory=list, init=False)
+    _temp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
+    _classpath: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        if self.brokers < 1:
+            raise ConfigError(f"--brokers: expected 1 or more, found {self.brokers}")
+        if self.partitions < 1:
+            raise ConfigError(f"--partitions: expected 1 or more, found {self.partitions}")
+
+    # -- addresses ---------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.address for node in self._nodes)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [node.node_id for node in self._nodes]
+
+    def address_of(self, node_id: int) -> str:
+        return self._node(node_id).address
+
+    def pid_of(self, node_id: int) -> int | None:
+        node = self._node(node_id)
+        return node.process.pid if node.running and node.process is not None else None
+
+    def log_file(self, node_id: int) -> Path:
+        return self._node(node_id).directory / "server.log"
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def start(self) -> LocalKafka:
+        """Format storage where it is new, start every node, wait until each answers metadata
+        naming every broker."""
+        self._classpath = str(find_kafka_libs(self.libs) / "*")
+        root = self._root()
+        self._nodes = self._layout(root)
+        try:
+            for node in self._nodes:
+                self._configure(node)
+                self._format(node, root)
+            for node in self._nodes:
+                self._launch(node)
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("Kafka %s: %d broker(s) at %s", KAFKA_VERSION, self.brokers, self.bootstrap_servers)
+        return self
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Until every running node answers a metadata request that lists every running broker."""
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        pending = [node for node in self._nodes if node.running]
+        while pending:
+            for node in list(pending):
+                self._check_alive(node)
+                if self._answers_metadata(node):
+                    pending.remove(node)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(f"node {n.node_id} ({n.address})" for n in pending)
+                raise BusUnavailable(
+                    f"Kafka did not become ready within {timeout_s or self.start_timeout_s:.0f}s: {names}; "
+                    f"see {pending[0].directory / 'server.log'}"
+                )
+            if pending:
+                time.sleep(0.25)
+
+    def _answers_metadata(self, node: _Node) -> bool:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        running = {n.node_id for n in self._nodes if n.running}
+        config: dict[str, Any] = {"bootstrap.servers": node.address, "socket.timeout.ms": 2000, "logger": _quiet}
+        admin = AdminClient(config)
+        try:
+            metadata = admin.list_topics(timeout=2)
+        except KafkaException:
+            return False
+        return running <= set(metadata.brokers)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one node and wait for it to exit (a crash when SIGKILL)."""
+        node = self._node(node_id)
+        if not node.running or node.process is None:
+            return
+        node.process.send_signal(sig)
+        try:
+            node.process.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait(timeout=10)
+        logger.info("Kafka node %d stopped (signal %s)", node_id, signal.Signals(sig).name)
+
+    def restart(self, node_id: int) -> None:
+        """Start a stopped node again on its storage and ports; wait until it is back."""
+        node = self._node(node_id)
+        if node.running:
+            return
+        self._launch(node)
+        self.wait_ready()
+
+    def stop(self) -> None:
+        """SIGTERM every node at once (a clean shutdown), SIGKILL any still running after the
+        bound; remove the temp dir if this object made one. Safe to call twice."""
+        running = [n for n in self._nodes if n.running and n.process is not None]
+        for node in running:
+            assert node.process is not None
+            node.process.terminate()
+        deadline = time.monotonic() + self.stop_timeout_s
+        for node in running:
+            assert node.process is not None
+            try:
+                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("Kafka node %d ignored SIGTERM for %.0fs; killing it", node.node_id, self.stop_timeout_s)
+                node.process.kill()
+                node.process.wait(timeout=10)
+        for node in self._nodes:
+            if node.stdout is not None:
+                node.stdout.close()
+                node.stdout = None
+        if self._temp is not None:
+            self._temp.cleanup()
+            self._temp = None
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _node(self, node_id: int) -> _Node:
+        for node in self._nodes:
+            if node.node_id == node_id:
+                return node
+        raise KeyError(f"no Kafka node {node_id} (nodes: {self.node_ids})")
+
+    def _root(self) -> Path:
+        if self.data_dir is None:
+            self._temp = tempfile.TemporaryDirectory(prefix="crawlstream-kafka-")
+            return Path(self._temp.name)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return self.data_dir
+
+    def _layout(self, root: Path) -> list[_Node]:
+        """Node ids and ports: those recorded in ``cluster.json`` if still free, else new ones."""
+        state_file = root / "cluster.json"
+        recorded: dict[str, Any] = json.loads(state_file.read_text()) if state_file.exists() else {}
+        if recorded and recorded.get("brokers") != self.brokers:
+            raise ConfigError(
+                f"{root} holds a {recorded.get('brokers')}-broker cluster; asked for {self.brokers}: "
+                "use another --data-dir or the same --brokers"
+            )
+        nodes = []
+        for i, node_id in enumerate(range(1, self.brokers + 1)):
+            ports = recorded.get("ports", [])[i] if recorded else None
+            if not ports or not all(map(_port_is_free, ports)):
+                ports = [_free_port(), _free_port()]
+            nodes.append(_Node(node_id, ports[0], ports[1], root / f"node-{node_id}"))
+        cluster_id = recorded.get("cluster_id") or self._random_cluster_id()
+        ports = [[n.port, n.controller_port] for n in nodes]
+        state = {"brokers": self.brokers, "cluster_id": cluster_id, "ports": ports}
+        state_file.write_text(json.dumps(state))
+        self._cluster_id = cluster_id
+        return nodes
+
+    @staticmethod
+    def _random_cluster_id() -> str:
+        """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
+        ``kafka-storage random-uuid`` prints), without starting a JVM for it."""
+        import base64
+
+        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    def _configure(self, node: _Node) -> None:
+        n = self.brokers
+        voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self._nodes)
+        internal_replicas = str(min(3, n))
+        config = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.directory / "logs"),
+            "num.partitions": str(self.partitions),
+            # Topics are created explicitly by the services (ADR 011): a typo'd topic name
+            # must fail, not appear.
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": internal_replicas,
+            "offsets.topic.num.partitions": "16",
+            "transaction.state.log.replication.factor": internal_replicas,
+            "transaction.state.log.min.isr": str(min(2, n)),
+            "share.coordinator.state.topic.replication.factor": internal_replicas,
+            "share.coordinator.state.topic.min.isr": str(min(2, n)),
+            "default.replication.factor": internal_replicas,
+            # A local cluster serves one user: no wait for more members before a group's first
+            # assignment, few threads on a laptop's cores.
+            "group.initial.rebalance.delay.ms": "0",
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+            "num.recovery.threads.per.data.dir": "1",
+            "log.segment.bytes": str(64 * 1024 * 1024),
+            **self.broker_config,
+        }
+        node.directory.mkdir(parents=True, exist_ok=True)
+        (node.directory / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+        (node.directory / "log4j2.properties").write_text(
+            _LOG4J2.format(log_file=node.directory / "server.log", level=self.log_level)
+        )
+
+    def _format(self, node: _Node, root: Path) -> None:
+        if (node.directory / "logs" / "meta.properties").exists():
+            return
+        result = subprocess.run(
+            [
+                _java(),
+                "-Xmx256m",
+                "-cp",
+                self._classpath,
+                _STORAGE_TOOL,
+                "format",
+                "--ignore-formatted",
+                "-t",
+                self._cluster_id,
+                "-c",
+                str(node.directory / "server.properties"),
+            ],
+            capture_output=True,
+            timeout=120,
+            check=False,
+            env=self._env(node),
+        )
+        if result.returncode != 0:
+            raise BusUnavailable(
+                f"formatting Kafka storage of node {node.node_id} in {node.directory} failed "
+                f"(exit {result.returncode}): {result.stderr.decode(errors='replace')[-2000:]}"
+            )
+
+    def _env(self, node: _Node) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KAFKA_LOG4J_OPTS"] = ""
+        return env
+
+    def _launch(self, node: _Node) -> None:
+        for port in (node.port, node.controller_port):
+            if not _port_is_free(port):
+                raise BusUnavailable(f"port {port} of Kafka node {node.node_id} is taken by another process")
+        if node.stdout is not None:
+            node.stdout.close()
+        node.stdout = open(node.directory / "stdout.log", "ab")  # noqa: SIM115 (closed in stop())
+        node.process = subprocess.Popen(
+            [
+                _java(),
+                *_JVM_OPTIONS,
+                f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={node.directory}",
+                "-cp",
+                self._classpath,
+                _MAIN_CLASS,
+                str(node.directory / "server.properties"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=node.stdout,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            env=self._env(node),
+        )
+        logger.info("Kafka node %d: pid %d, %s", node.node_id, node.process.pid, node.address)
+
+    def _check_alive(self, node: _Node) -> None:
+        if node.process is not None and node.process.poll() is not None:
+            tail = (node.directory / "stdout.log").read_bytes()[-2000:].decode(errors="replace")
+            raise BusUnavailable(
+                f"Kafka node {node.node_id} exited with {node.process.returncode} while starting; "
+                f"see {node.directory / 'server.log'}; its output ends:\n{tail}"
+            )

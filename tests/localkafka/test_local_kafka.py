@@ -1,0 +1,114 @@
+"""``LocalKafka`` and ``crawlstream local-kafka``: a real KRaft cluster that starts, answers,
+keeps its data across restarts when given a directory, and stops every JVM it started."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from crawlstream.bus import KafkaBus
+from crawlstream.errors import ConfigError
+from crawlstream.localkafka import LocalKafka, find_kafka_libs
+from crawlstream.topics import ALL_TOPICS, dlq_topic
+
+pytestmark = pytest.mark.kafka
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie of ours still answers kill(0); it has exited all the same.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def _wait_gone(pid: int, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not _alive(pid)
+
+
+def _read_line(process: subprocess.Popen[bytes], timeout_s: float) -> str:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    return process.stdout.readline().decode().strip() if ready else ""
+
+
+def test_the_command_prints_the_bootstrap_line_creates_the_topics_and_stops_on_sigterm(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLSTREAM_", "KAFKA_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crawlstream", "local-kafka", "--partitions", "16", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        line = _read_line(process, 120)
+        assert line.startswith("KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:"), process.stderr.read().decode() if not line else line
+        bootstrap = line.split("=", 1)[1]
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        expected = [*ALL_TOPICS, *map(dlq_topic, ALL_TOPICS)]
+        assert {t: len(metadata.topics[t].partitions) for t in expected} == dict.fromkeys(expected, 16)
+        jvms = [int(p) for p in subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True).stdout.split()]
+        assert jvms, "the broker runs as a child process"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert all(_wait_gone(pid) for pid in jvms), "every broker JVM stopped"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert (tmp_path / "kafka" / "cluster.json").exists(), "--data-dir keeps the cluster"
+
+
+def test_a_cluster_kept_in_a_directory_keeps_its_topics_and_messages_across_restarts(tmp_path: Path) -> None:
+    with LocalKafka(brokers=1, data_dir=tmp_path) as first:
+        bus = KafkaBus(first.bootstrap_servers)
+        bus.create_topics(["kept"], 2)
+        producer = bus.producer()
+        producer.produce("kept", b"survives a restart", partition=1)
+        producer.close()
+        bus.close()
+        address = first.bootstrap_servers
+    with LocalKafka(brokers=1, data_dir=tmp_path) as second:
+        assert second.bootstrap_servers == address, "the same port, where clients left it"
+        bus = KafkaBus(second.bootstrap_servers)
+        try:
+            assert bus.partition_count("kept") == 2
+            assert bus.end_offsets("kept") == [0, 1]
+        finally:
+            bus.close()
+
+
+def test_a_directory_of_another_cluster_size_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "cluster.json").write_text('{"brokers": 3, "cluster_id": "x", "ports": []}')
+    with pytest.raises(ConfigError, match="3-broker cluster"):
+        LocalKafka(brokers=1, data_dir=tmp_path).start()
+
+
+def test_bad_partition_counts_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "crawlstream", "local-kafka", "--partitions", "12"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "divisor of 128" in result.stderr.decode()
+
+
+def test_missing_jars_name_the_make_target(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="make kafka"):
+        find_kafka_libs(tmp_path)
+    assert find_kafka_libs().name == "libs"
