@@ -365,3 +365,13 @@ def test_end_offsets_are_the_next_offset_of_each_partition(bus: BusUnderTest) ->
     producer.flush()
     assert bus.bus.end_offsets(topic) == [4] + [3] * (partitions - 1)
     producer.close()
+
+
+def test_start_offsets_are_zero_while_nothing_was_deleted(bus: BusUnderTest) -> None:
+    """What replay checks before it trusts a topic to hold everything ever written."""
+    producer = bus.bus.producer()
+    topic, partitions = make_topic(bus.bus, producer)
+    produce_numbered(producer, topic, partitions, 2)
+    producer.close()
+    assert bus.bus.start_offsets(topic) == [0] * partitions
+    assert bus.bus.end_offsets(topic) == [2] * partitions

@@ -41,7 +41,7 @@ async def crawl(web: DemoWeb, fetcher: Fetcher, scope: Scope) -> dict[str, Fetch
 
 
 def test_crawl_requests_every_reachable_page_once_and_no_disallowed_one() -> None:
-    with DemoWeb(24, pages_per_domain=6, seed=11, slow_s=1.5, bomb_bytes=8 * 1024 * 1024) as web:
+    with DemoWeb(24, pages_per_domain=6, seed=11, slow_s=3.0, bomb_bytes=8 * 1024 * 1024) as web:
 
         async def go() -> dict[str, FetchOutcome]:
             fetcher = Fetcher(
@@ -49,10 +49,11 @@ def test_crawl_requests_every_reachable_page_once_and_no_disallowed_one() -> Non
                 allow_private_networks=True,
                 resolve_map=web.resolve_map,
                 resolve_map_only=True,
-                # below the slow page's 1.5 s, with room for a loaded machine (was 0.5 s: flaky
-                # at load 8, an ordinary page timed out and its links went unfollowed)
-                timeout_s=1.0,
-                read_timeout_s=1.0,
+                # below the slow page's 3 s, with room for a loaded machine (0.5 s, then 1.0 s
+                # with a 1.5 s slow page: flaky at load 8, ordinary pages timed out and their
+                # links went unfollowed)
+                timeout_s=2.0,
+                read_timeout_s=2.0,
                 max_body_bytes=256 * 1024,
             )
             try:

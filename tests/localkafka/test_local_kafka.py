@@ -55,7 +55,7 @@ def test_the_command_prints_the_bootstrap_line_creates_the_topics_and_stops_on_s
     )
     try:
         line = _read_line(process, 120)
-        assert line.startswith("KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:"), process.stderr.read().decode() if not line else line
+        assert line.startswith("KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:"), line or process.stderr.read().decode()
         bootstrap = line.split("=", 1)[1]
         metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
         expected = [*ALL_TOPICS, *map(dlq_topic, ALL_TOPICS)]

@@ -170,5 +170,10 @@ class Bus(ABC):
         committed offsets, the group's lag (how a drained crawl is told apart)."""
 
     @abstractmethod
+    def start_offsets(self, topic: str) -> list[int]:
+        """The first retained offset of each partition of an existing ``topic``: above 0, retention
+        has deleted the beginning, and a replay from it would rebuild less than was written."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the backend (files, network). Producers and consumers must be closed first."""

@@ -280,6 +280,10 @@ class EmbeddedBus(Bus):
         """The log end (next offset) of each partition of ``topic``."""
         return [log.end_offset for log in self._topic(topic, create=False).logs]
 
+    def start_offsets(self, topic: str) -> list[int]:
+        """The first offset of each partition of ``topic`` (0: the embedded log deletes nothing)."""
+        return [log.start_offset for log in self._topic(topic, create=False).logs]
+
     # -- producers and consumers -----------------------------------------------------------
 
     def producer(self) -> Producer:

@@ -748,8 +748,15 @@ class KafkaBus(Bus):
         """The log end (high watermark) of each partition of ``topic``, as the embedded bus
         gives it: with a group's committed offsets it is the group's lag, which is how
         ``crawlstream.crawl.LagProbe`` tells a drained crawl."""
+        return self._list_offsets(topic, OffsetSpec.latest(), "end")
+
+    def start_offsets(self, topic: str) -> list[int]:
+        """The log start of each partition of ``topic`` (above 0 once retention deleted data)."""
+        return self._list_offsets(topic, OffsetSpec.earliest(), "start")
+
+    def _list_offsets(self, topic: str, spec: OffsetSpec, what: str) -> list[int]:
         count = self.partition_count(topic)
-        request = {confluent_kafka.TopicPartition(topic, p): OffsetSpec.latest() for p in range(count)}
+        request = {confluent_kafka.TopicPartition(topic, p): spec for p in range(count)}
         deadline = time.monotonic() + _METADATA_TIMEOUT_S
         while True:
             try:
@@ -761,7 +768,7 @@ class KafkaBus(Bus):
                 # failed and another takes over) answers "not leader": ask again.
                 err = exc.args[0] if exc.args else None
                 if not _retriable(err) or time.monotonic() > deadline:
-                    raise BusUnavailable(f"end offsets of topic {topic!r} unavailable: {exc}") from exc
+                    raise BusUnavailable(f"{what} offsets of topic {topic!r} unavailable: {exc}") from exc
                 time.sleep(0.1)
 
     def close(self) -> None:

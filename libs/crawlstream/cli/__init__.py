@@ -36,6 +36,7 @@ _COMMANDS = (
     "_demo",
     "_demo_web",
     "_local_kafka",
+    "_replay",
     "_settings",
 )
 

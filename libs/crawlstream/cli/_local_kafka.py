@@ -1,10 +1,11 @@
 """``crawlstream local-kafka``: a real Apache Kafka (KRaft) cluster on loopback, until Ctrl-C.
 
 What the README's "distributed crawl, locally" runs instead of Docker: N brokers on free
-ports of 127.0.0.1 (kept in ``<data dir>/kafka`` when ``--data-dir`` is given), the crawl's topics created with ``--partitions`` partitions (and the
-replication the cluster's size allows), then one line on stdout,
-``KAFKA_BOOTSTRAP_SERVERS=host:port,...``, once every broker answers. SIGTERM or Ctrl-C stops
-every broker cleanly. The jars come from ``make kafka``; nothing is downloaded here.
+ports of 127.0.0.1 (kept in ``<data dir>/kafka`` when ``--data-dir`` is given), the crawl's
+topics created with ``--partitions`` partitions (and the replication the cluster's size
+allows), then one line on stdout, ``KAFKA_BOOTSTRAP_SERVERS=host:port,...``, once every
+broker answers. SIGTERM or Ctrl-C stops every broker cleanly. The jars come from
+``make kafka``; nothing is downloaded here.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         parents=[common],
         help="run a real Kafka cluster (KRaft) on 127.0.0.1 until Ctrl-C; prints KAFKA_BOOTSTRAP_SERVERS=...",
     )
-    p.add_argument("--brokers", type=int, default=1, help="brokers (each also a KRaft controller); 3 tolerates one failure")
+    p.add_argument(
+        "--brokers", type=int, default=1, help="brokers (each also a KRaft controller); 3 tolerates one failure"
+    )
     p.add_argument(
         "--partitions",
         type=int,
         default=None,
-        help="partitions of the crawl's topics, created at start (a divisor of 128; default CRAWLSTREAM_BUS_PARTITIONS)",
+        help="partitions of the crawl's topics, created at start "
+        "(a divisor of 128; default CRAWLSTREAM_BUS_PARTITIONS)",
     )
     p.add_argument("--no-topics", action="store_true", help="do not create the crawl's topics at start")
     p.set_defaults(func=run)
