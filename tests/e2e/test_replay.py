@@ -200,3 +200,26 @@ def test_a_topic_whose_beginning_retention_deleted_is_refused() -> None:
     check_retained({CONTENT_STORED: [0, 0], URLS_RECORDS: [0]})
     with pytest.raises(ConfigError, match=r"content.stored\[1\] starts at 42"):
         check_retained({CONTENT_STORED: [0, 42], URLS_RECORDS: [0]})
+
+
+@pytest.mark.kafka
+def test_replay_refuses_a_kafka_topic_whose_beginning_was_deleted(tmp_path: Path) -> None:
+    """Records deleted from the front of content.stored (as retention would): a clear error,
+    exit 2, and nothing written."""
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    with LocalKafka(brokers=1) as kafka:
+        env = _env({"CRAWLSTREAM_DATA_DIR": str(tmp_path / "live"), "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers})
+        with open_host(load(env)) as host:
+            producer = host.bus.producer()
+            for i in range(3):
+                producer.produce(CONTENT_STORED, b"x%d" % i, partition=1)
+            producer.close()
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        [future] = admin.delete_records([KafkaTopicPartition(CONTENT_STORED, 1, 2)]).values()
+        future.result(10)
+        refused = _cli(["replay", "--into", str(tmp_path / "rebuilt")], env)
+    assert refused.returncode == 2
+    assert "content.stored[1] starts at 2" in refused.stderr.decode()
+    assert not (tmp_path / "rebuilt").exists()

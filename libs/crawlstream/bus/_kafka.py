@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
@@ -68,10 +68,28 @@ _TRANSIENT_ERRORS = frozenset(
     }
 )
 _COMMIT_RETRY_S = 60.0
+T = TypeVar("T")
 
 
 def _retriable(err: Any) -> bool:
     return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT_ERRORS)
+
+
+def _retrying(call: Callable[[], T], what: str, timeout_s: float = _COMMIT_RETRY_S) -> T:
+    """``call()``, asked again while the cluster answers with a transient error (a partition
+    between leaders, the group coordinator moving or still loading its offsets: both seen on
+    a fresh cluster and during a broker failover), up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if not _retriable(err) or time.monotonic() > deadline:
+                raise BusUnavailable(f"{what} failed: {exc}") from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 def _tp(tp: confluent_kafka.TopicPartition) -> TopicPartition:
@@ -498,10 +516,9 @@ class KafkaConsumer(Consumer):
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
         if not request:
             return {}
-        try:
-            result = self._consumer.committed(request, timeout=_METADATA_TIMEOUT_S)
-        except KafkaException as exc:
-            raise BusUnavailable(f"reading committed offsets failed: {exc}") from exc
+        result = _retrying(
+            lambda: self._consumer.committed(request, timeout=_METADATA_TIMEOUT_S), "reading committed offsets"
+        )
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
     def assignment(self) -> list[TopicPartition]:
@@ -757,19 +774,13 @@ class KafkaBus(Bus):
     def _list_offsets(self, topic: str, spec: OffsetSpec, what: str) -> list[int]:
         count = self.partition_count(topic)
         request = {confluent_kafka.TopicPartition(topic, p): spec for p in range(count)}
-        deadline = time.monotonic() + _METADATA_TIMEOUT_S
-        while True:
-            try:
-                futures = self._admin_client().list_offsets(request, request_timeout=_METADATA_TIMEOUT_S)
-                ends = {tp.partition: int(f.result().offset) for tp, f in futures.items()}
-                return [ends[p] for p in range(count)]
-            except KafkaException as exc:
-                # A partition without a leader for a moment (just created, or its broker
-                # failed and another takes over) answers "not leader": ask again.
-                err = exc.args[0] if exc.args else None
-                if not _retriable(err) or time.monotonic() > deadline:
-                    raise BusUnavailable(f"{what} offsets of topic {topic!r} unavailable: {exc}") from exc
-                time.sleep(0.1)
+
+        def ask() -> list[int]:
+            futures = self._admin_client().list_offsets(request, request_timeout=_METADATA_TIMEOUT_S)
+            found = {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+            return [found[p] for p in range(count)]
+
+        return _retrying(ask, f"{what} offsets of topic {topic!r}")
 
     def close(self) -> None:
         # AdminClient has no close(); dropping the reference releases it.

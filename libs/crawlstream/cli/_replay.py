@@ -65,6 +65,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from crawlstream.errors import ConfigError
 
         raise ConfigError(f"--into {into} is the data dir replay reads from; give another directory")
+    _check_sources(settings, args.topics)  # before DIR is touched
     state, resumed = prepare_target(into, args.topics, from_beginning=args.from_beginning)
     stop = {"requested": False}
 
@@ -76,6 +77,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     summary = replay_into(settings, into, state, resumed=resumed, should_stop=lambda: stop["requested"])
     sys.stdout.write(json.dumps(summary) + "\n")
     return 130 if summary["interrupted"] else 0
+
+
+def _check_sources(settings: Settings, topics: list[str]) -> None:
+    from crawlstream.replay import check_retained
+    from crawlstream.services._host import open_host
+
+    with open_host(settings) as host:
+        check_retained({t: host.bus.start_offsets(t) for t in topics})
 
 
 def replay_into(
