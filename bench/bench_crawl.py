@@ -146,11 +146,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def run(quick: bool) -> dict[str, Any]:
-    n_domains = 200 if quick else 1000
-    pages_per_domain = 6 if quick else 8
-    timeout_s = 240.0 if quick else 600.0
-    web = DemoWeb(
+def web_size(quick: bool) -> tuple[int, int]:
+    """(registered domains, pages per domain) of the benchmark web."""
+    return (200, 6) if quick else (1000, 8)
+
+
+def demo_web(n_domains: int, pages_per_domain: int) -> DemoWeb:
+    """The synthetic web the crawl benchmarks crawl (not started)."""
+    return DemoWeb(
         n_domains,
         pages_per_domain=pages_per_domain,
         seed=7,
@@ -159,24 +162,41 @@ def run(quick: bool) -> dict[str, Any]:
         huge_bytes=2 * MAX_BODY_BYTES,
         bomb_bytes=8 * MAX_BODY_BYTES,
     )
+
+
+def write_crawl_inputs(web: DemoWeb, root: Path) -> tuple[Path, Path]:
+    """The seeds file and the fetcher's resolver map file of ``web`` (started), under ``root``."""
+    seeds_file = root / "seeds.txt"
+    seeds_file.write_text("\n".join(web.seed_urls()) + "\n", encoding="utf-8")
+    resolve_map_file = root / "resolve-map.json"
+    resolve_map_file.write_text(json.dumps({h: list(t) for h, t in web.resolve_map.items()}), encoding="utf-8")
+    return seeds_file, resolve_map_file
+
+
+def crawlstream_run_command(seeds_file: Path) -> list[str]:
+    """``crawlstream run --exit-when-done`` on the embedded bus: the embedded crawl."""
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from crawlstream.cli import main; sys.exit(main())",
+        "run",
+        "--exit-when-done",
+        "--allow-private-networks",
+        "--seeds",
+        str(seeds_file),
+    ]
+
+
+def run(quick: bool) -> dict[str, Any]:
+    n_domains, pages_per_domain = web_size(quick)
+    timeout_s = 240.0 if quick else 600.0
+    web = demo_web(n_domains, pages_per_domain)
     with tempfile.TemporaryDirectory(prefix="bench-crawl-") as tmp, web:
         tmp_path = Path(tmp)
-        seeds_file = tmp_path / "seeds.txt"
-        seeds_file.write_text("\n".join(web.seed_urls()) + "\n", encoding="utf-8")
-        resolve_map_file = tmp_path / "resolve-map.json"
-        resolve_map_file.write_text(json.dumps({h: list(t) for h, t in web.resolve_map.items()}), encoding="utf-8")
+        seeds_file, resolve_map_file = write_crawl_inputs(web, tmp_path)
         expected_pages = len(web.reachable_pages())
 
-        crawlstream_cmd = [
-            sys.executable,
-            "-c",
-            "import sys; from crawlstream.cli import main; sys.exit(main())",
-            "run",
-            "--exit-when-done",
-            "--allow-private-networks",
-            "--seeds",
-            str(seeds_file),
-        ]
+        crawlstream_cmd = crawlstream_run_command(seeds_file)
         load_before = os.getloadavg()
         ours = _measure(web, crawlstream_cmd, _crawlstream_env(tmp_path / "data", resolve_map_file), timeout_s)
 

@@ -103,6 +103,18 @@ class SinkHandler(EventHandler):
         self.rows_staged = 0
         self.files_published = 0
 
+    @classmethod
+    def from_settings(cls, settings: Settings, staging: StagingLog) -> SinkHandler:
+        """The sink's handler writing ``settings``' lake at the sink's zstd level (the live
+        service and ``crawlstream replay`` alike, so a replayed row is the row it wrote)."""
+        return cls(
+            LakeWriter.from_settings(settings, zstd_level=settings.lake.sink_zstd_level),
+            staging,
+            default_dataset_id=settings.crawl.dataset_id,
+            flush_rows=settings.lake.sink_flush_rows,
+            flush_interval_s=settings.lake.sink_flush_interval_s,
+        )
+
     def recover(self, adopt: Sequence[StagingLog] = ()) -> int:
         """Publish rows a crash left in our staging log (and in ``adopt``ed ones); return #rows."""
         rows = self._staging.replay()
@@ -189,14 +201,7 @@ def build(host: Host, *, instance: str | None = None) -> ParquetSinkService:
     parent = staging_root(settings)
     own = parent / (instance or socket.gethostname())
     staging = StagingLog(own)
-    writer = LakeWriter.from_settings(settings, zstd_level=settings.lake.sink_zstd_level)
-    handler = SinkHandler(
-        writer,
-        staging,
-        default_dataset_id=settings.crawl.dataset_id,
-        flush_rows=settings.lake.sink_flush_rows,
-        flush_interval_s=settings.lake.sink_flush_interval_s,
-    )
+    handler = SinkHandler.from_settings(settings, staging)
     adopted = [log for d in orphaned_logs(parent, own) if (log := StagingLog.try_open(d)) is not None]
     try:
         handler.recover(adopted)

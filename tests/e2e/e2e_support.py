@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -51,6 +52,15 @@ def crawl_env(data_dir: Path, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def web_inputs(root: Path, web: DemoWeb) -> tuple[Path, Path]:
+    """``root/resolve.json`` (the web's hosts -> its loopback port) and ``root/seeds.txt``,
+    the files a crawl of ``web`` is started with."""
+    resolve_map, seeds = root / "resolve.json", root / "seeds.txt"
+    resolve_map.write_text(json.dumps(web.resolve_map))
+    seeds.write_text("\n".join(web.seed_urls()) + "\n")
+    return resolve_map, seeds
 
 
 def crawl_settings(data_dir: Path, **extra: str) -> Settings:

@@ -46,6 +46,7 @@ from e2e_support import (
     demo_web,
     indexed_urls,
     page_requests,
+    web_inputs,
 )
 from redis import Redis
 
@@ -257,10 +258,7 @@ def deployment_of(root: Path, web: DemoWeb, *, brokers: int = 1, **extra_env: st
         open_redis(None, root / "redis") as redis_handle,
         web,
     ):
-        resolve_map = root / "resolve.json"
-        resolve_map.write_text(json.dumps(web.resolve_map))
-        seeds = root / "seeds.txt"
-        seeds.write_text("\n".join(web.seed_urls()) + "\n")
+        resolve_map, seeds = web_inputs(root, web)
         crawl_vars = crawl_env(
             root / "data",
             CRAWLSTREAM_BUS_PARTITIONS=str(PARTITIONS),
@@ -370,10 +368,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     root = tmp_path_factory.mktemp("embedded-reference")
     web = demo_web()
     with web:
-        resolve_map = root / "resolve.json"
-        resolve_map.write_text(json.dumps(web.resolve_map))
-        seeds = root / "seeds.txt"
-        seeds.write_text("\n".join(web.seed_urls()) + "\n")
+        resolve_map, seeds = web_inputs(root, web)
         crawl_vars = crawl_env(
             root / "data",
             CRAWLSTREAM_BUS_PARTITIONS=str(PARTITIONS),
@@ -515,28 +510,23 @@ def test_crawlstream_run_on_kafka_exits_when_done_with_the_same_pages(tmp_path: 
 # -- faults ----------------------------------------------------------------------------------
 
 
+def wait_for_pages(where: Deployment, processes: Sequence[ServiceProcess], count: int, what: str) -> None:
+    """Until the web has served ``count`` pages (robots.txt aside)."""
+    wait_for(lambda: len(page_requests(where.web.requests())) >= count, what, CRAWL_TIMEOUT_S, processes)
+
+
 def kill_a_scheduler_then_add_one(
     where: Deployment, processes: list[ServiceProcess]
 ) -> tuple[list[ServiceProcess], list[ServiceProcess]]:
     """A third of the way in, SIGKILL one scheduler member (its partitions move once its
     session times out); a little later start a new member (a second rebalance)."""
     total = len(where.web.reachable_pages())
-    wait_for(
-        lambda: len(page_requests(where.web.requests())) >= total // 3,
-        "a third of the crawl",
-        CRAWL_TIMEOUT_S,
-        processes,
-    )
+    wait_for_pages(where, processes, total // 3, "a third of the crawl")
     victim = next(p for p in processes if p.name == "scheduler")
     os.kill(victim.process.pid, signal.SIGKILL)
     victim.process.wait(10)
     victim.returncode = victim.process.returncode
-    wait_for(
-        lambda: len(page_requests(where.web.requests())) >= total // 2,
-        "half of the crawl",
-        CRAWL_TIMEOUT_S,
-        [p for p in processes if p is not victim],
-    )
+    wait_for_pages(where, [p for p in processes if p is not victim], total // 2, "half of the crawl")
     newcomer = ServiceProcess.start("scheduler", where.env, victim.log.with_name("scheduler-new.log"))
     return [victim], [newcomer]
 
@@ -570,22 +560,12 @@ def kill_the_busiest_broker_then_restart_it(
     where: Deployment, processes: list[ServiceProcess]
 ) -> tuple[list[ServiceProcess], list[ServiceProcess]]:
     total = len(where.web.reachable_pages())
-    wait_for(
-        lambda: len(page_requests(where.web.requests())) >= total // 4,
-        "a quarter of the crawl",
-        CRAWL_TIMEOUT_S,
-        processes,
-    )
+    wait_for_pages(where, processes, total // 4, "a quarter of the crawl")
     victim = leader_of_most_partitions(where.kafka.bootstrap_servers)
     logger.info("killing Kafka broker %d (leads the most partitions)", victim)
     where.kafka.kill(victim, signal.SIGKILL)
     before = len(page_requests(where.web.requests()))
-    wait_for(
-        lambda: len(page_requests(where.web.requests())) >= before + total // 5,
-        "the crawl goes on without it",
-        CRAWL_TIMEOUT_S,
-        processes,
-    )
+    wait_for_pages(where, processes, before + total // 5, "the crawl goes on without it")
     where.kafka.restart(victim)
     return [], []
 
@@ -621,12 +601,7 @@ def stop_the_only_broker_for_a_while(
     """A whole-cluster outage: the single broker SIGKILLed a quarter of the way in, back after
     OUTAGE_S. Every service must wait it out (nothing to produce to, nothing to commit to)."""
     total = len(where.web.reachable_pages())
-    wait_for(
-        lambda: len(page_requests(where.web.requests())) >= total // 4,
-        "a quarter of the crawl",
-        CRAWL_TIMEOUT_S,
-        processes,
-    )
+    wait_for_pages(where, processes, total // 4, "a quarter of the crawl")
     [node] = where.kafka.node_ids
     where.kafka.kill(node, signal.SIGKILL)
     deadline = time.monotonic() + OUTAGE_S

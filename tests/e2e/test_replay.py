@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import api_answers, crawl_env, demo_web, indexed_urls
+from e2e_support import api_answers, crawl_env, demo_web, indexed_urls, web_inputs
 
 from crawlstream.errors import ConfigError
 from crawlstream.events import UrlRecord
@@ -80,8 +80,7 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     root = tmp_path_factory.mktemp(f"replay-{request.param}")
     real_hosts = (shared_data / "urls" / "protego-top-10000-websites.txt").read_text().split()[:DATASET_HOSTS]
     with LocalKafka(brokers=1) if request.param == "kafka" else _nothing() as kafka, demo_web(n_domains=12) as web:
-        resolve_map = root / "resolve.json"
-        resolve_map.write_text(json.dumps(web.resolve_map))
+        resolve_map, seeds = web_inputs(root, web)
         extra = {"CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE": str(resolve_map), "CRAWLSTREAM_BUS_PARTITIONS": "8"}
         if kafka is not None:
             extra["KAFKA_BOOTSTRAP_SERVERS"] = kafka.bootstrap_servers
@@ -89,8 +88,6 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         env, settings = _env(crawl_vars), load(crawl_vars)
         web_domains = sorted({registered_domain_or_host(h) for h in web.hosts})
         _produce_dataset_and_garbage(settings, real_hosts + [f"www.{d}" for d in web_domains[:4]])
-        seeds = root / "seeds.txt"
-        seeds.write_text("\n".join(web.seed_urls()) + "\n")
         crawled = _cli(["run", "--seeds", str(seeds), "--exit-when-done"], env)
         assert crawled.returncode == 0, crawled.stderr.decode()[-3000:]
         built = _cli(["index", "build"], env)

@@ -99,7 +99,6 @@ def replay_into(
     """Replay ``state.topics`` into ``into`` (see the module docstring); the JSON summary."""
     from crawlstream.bus import TopicPartition
     from crawlstream.index import IndexBuilder
-    from crawlstream.lake import LakeWriter
     from crawlstream.replay import ReplayProgress, check_retained
     from crawlstream.services._host import open_host
     from crawlstream.services.parquet_sink._staging import StagingLog
@@ -119,14 +118,7 @@ def replay_into(
         progress.update(progress.done_before)
 
         staging = StagingLog(into / "parquet-sink" / "staging" / "replay")
-        writer = LakeWriter.from_settings(target, zstd_level=target.lake.sink_zstd_level)
-        handler = SinkHandler(
-            writer,
-            staging,
-            default_dataset_id=settings.crawl.dataset_id,
-            flush_rows=target.lake.sink_flush_rows,
-            flush_interval_s=target.lake.sink_flush_interval_s,
-        )
+        handler = SinkHandler.from_settings(target, staging)
         handler.recover()  # rows an interrupted run had staged but not published
         loop = host.service_loop("replay", state.group, topics, handler, consumer=consumer, batch_size=5000)
         interrupted = False
