@@ -51,7 +51,7 @@ bench: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m bench
 
 lint: $(STAMP)
-	$(BIN)/ruff check libs services tests bench
+	$(BIN)/ruff check libs services tests bench examples
 	$(BIN)/mypy libs services
 
 clean:
