@@ -56,3 +56,22 @@ def test_settings_document_is_current() -> None:
 
     path = Path(__file__).resolve().parents[1] / "docs" / "SETTINGS.md"
     assert path.read_text() == markdown_table(), "run: crawlstream settings --markdown > docs/SETTINGS.md"
+
+
+def test_every_commands_help_prints_each_setting_cleanly() -> None:
+    """A "%" in a setting's help once made argparse print its own internals there."""
+    import contextlib
+    import io
+
+    from crawlstream.cli import _parser
+
+    parser = _parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name, sub in commands.items():
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            sub.parse_args(["--help"])
+        text = out.getvalue()
+        assert "option_strings" not in text, name
+        if "--index-postings-shards" in text:  # commands with sub-commands list them instead
+            assert "int(hh, 16) % shards" in " ".join(text.split()), name

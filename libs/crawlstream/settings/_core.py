@@ -145,7 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     for spec in iter_specs(cls):
         tp, _ = _base_type(spec.type)
         shown = "<secret>" if spec.secret else spec.default
-        help_text = f"{spec.help} [env {spec.env}; default {shown}]"
+        # argparse %-formats help texts: a literal "%" (as in "hh % shards") must be doubled.
+        help_text = f"{spec.help} [env {spec.env}; default {shown}]".replace("%", "%%")
         if tp is bool:
             group.add_argument(
                 spec.flag,
