@@ -9,6 +9,7 @@ __all__ = [
     "CONTENT_STORED",
     "FETCH_REQUESTS",
     "FETCH_RESULTS",
+    "IN_LAKE_HEADER",
     "REPLAY_SOURCES",
     "URLS_DISCOVERED",
     "URLS_FRONTIER",
@@ -37,6 +38,11 @@ ALL_TOPICS: Final = (
 # others are work queues whose state lives elsewhere (Bloom snapshots, frontier files,
 # Redis, the content store) and expire after bus.work_retention_hours.
 REPLAY_SOURCES: Final = frozenset({CONTENT_STORED, URLS_RECORDS})
+
+
+# Header of a urls.records message whose row `crawlstream ingest` has already written to the
+# lake: the live Parquet sink skips it, replay writes it (the topic stays the whole record).
+IN_LAKE_HEADER: Final = "crawlstream-in-lake"
 
 
 def dlq_topic(topic: str) -> str:

@@ -37,7 +37,7 @@ from crawlstream.runtime import EventHandler, LoopService, ServiceLoop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.services.parquet_sink._staging import Row, StagingLog, orphaned_logs
 from crawlstream.settings import Settings
-from crawlstream.topics import CONTENT_STORED, URLS_RECORDS
+from crawlstream.topics import CONTENT_STORED, IN_LAKE_HEADER, URLS_RECORDS
 from crawlstream.urls import canonicalize
 
 GROUP = "crawlstream.parquet-sink"
@@ -91,6 +91,7 @@ class SinkHandler(EventHandler):
         flush_rows: int,
         flush_interval_s: float,
         clock: Callable[[], float] = time.monotonic,
+        skip_in_lake: bool = True,
     ) -> None:
         self._writer = writer
         self._staging = staging
@@ -98,21 +99,25 @@ class SinkHandler(EventHandler):
         self._flush_rows = flush_rows
         self._flush_interval_s = flush_interval_s
         self._clock = clock
+        self._skip_in_lake = skip_in_lake
         self._batch: list[Row] = []
         self._oldest: float | None = None  # clock() when the oldest staged row was staged
         self.rows_staged = 0
         self.files_published = 0
+        self.skipped_in_lake = 0
 
     @classmethod
-    def from_settings(cls, settings: Settings, staging: StagingLog) -> SinkHandler:
+    def from_settings(cls, settings: Settings, staging: StagingLog, *, skip_in_lake: bool = True) -> SinkHandler:
         """The sink's handler writing ``settings``' lake at the sink's zstd level (the live
-        service and ``crawlstream replay`` alike, so a replayed row is the row it wrote)."""
+        service and ``crawlstream replay`` alike, so a replayed row is the row it wrote).
+        ``skip_in_lake`` False (replay) writes the rows ``crawlstream ingest`` marked too."""
         return cls(
             LakeWriter.from_settings(settings, zstd_level=settings.lake.sink_zstd_level),
             staging,
             default_dataset_id=settings.crawl.dataset_id,
             flush_rows=settings.lake.sink_flush_rows,
             flush_interval_s=settings.lake.sink_flush_interval_s,
+            skip_in_lake=skip_in_lake,
         )
 
     def recover(self, adopt: Sequence[StagingLog] = ()) -> int:
@@ -140,6 +145,8 @@ class SinkHandler(EventHandler):
     def handle(self, event: ContentStored | UrlRecord, message: Message) -> None:
         if isinstance(event, ContentStored):
             self._batch.append(content_row(event, self._default_dataset_id))
+        elif self._skip_in_lake and (IN_LAKE_HEADER, b"1") in message.headers:
+            self.skipped_in_lake += 1  # `crawlstream ingest` wrote this row to the lake itself
         else:
             self._batch.append(record_row(event))
 

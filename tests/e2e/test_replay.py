@@ -34,6 +34,8 @@ from crawlstream.urls import registered_domain_or_host
 
 DATASET_ID = 7
 DATASET_HOSTS = 400
+INGESTED_ID = 9  # a CSV imported with `crawlstream ingest` (lake written directly, records marked)
+INGESTED_HOSTS = 200
 GARBAGE = {CONTENT_STORED: [b"\x00\x00\x00\x00\x01not avro", b"junk"], URLS_RECORDS: [b"\xff" * 9]}
 TIMEOUT_S = 240
 
@@ -78,7 +80,8 @@ def _produce_dataset_and_garbage(settings: Settings, hosts: list[str]) -> None:
 @pytest.fixture(scope="module", params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)])
 def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[Live]:
     root = tmp_path_factory.mktemp(f"replay-{request.param}")
-    real_hosts = (shared_data / "urls" / "protego-top-10000-websites.txt").read_text().split()[:DATASET_HOSTS]
+    all_hosts = (shared_data / "urls" / "protego-top-10000-websites.txt").read_text().split()
+    real_hosts = all_hosts[:DATASET_HOSTS]
     with LocalKafka(brokers=1) if request.param == "kafka" else _nothing() as kafka, demo_web(n_domains=12) as web:
         resolve_map, seeds = web_inputs(root, web)
         extra = {"CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE": str(resolve_map), "CRAWLSTREAM_BUS_PARTITIONS": "8"}
@@ -88,11 +91,16 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         env, settings = _env(crawl_vars), load(crawl_vars)
         web_domains = sorted({registered_domain_or_host(h) for h in web.hosts})
         _produce_dataset_and_garbage(settings, real_hosts + [f"www.{d}" for d in web_domains[:4]])
+        ingested_hosts = all_hosts[DATASET_HOSTS : DATASET_HOSTS + INGESTED_HOSTS]
+        csv = root / "ingested.csv"
+        csv.write_text("url,rank\n" + "".join(f"https://{h}/,{i}\n" for i, h in enumerate(ingested_hosts)))
+        ingested = _cli(["ingest", str(csv), "--dataset-id", str(INGESTED_ID)], env)
+        assert ingested.returncode == 0, ingested.stderr.decode()[-3000:]
         crawled = _cli(["run", "--seeds", str(seeds), "--exit-when-done"], env)
         assert crawled.returncode == 0, crawled.stderr.decode()[-3000:]
         built = _cli(["index", "build"], env)
         assert built.returncode == 0, built.stderr.decode()[-3000:]
-        domains = sorted({*web_domains, *(registered_domain_or_host(h) for h in real_hosts)})
+        domains = sorted({*web_domains, *(registered_domain_or_host(h) for h in real_hosts + ingested_hosts)})
         yield Live(root, env, settings, domains, api_answers(settings, domains))
 
 
@@ -121,6 +129,10 @@ def test_the_rebuilt_index_answers_every_domain_and_every_page_as_the_live_one(l
     assert len(listed) == len(set(listed)) > DATASET_HOSTS
     both = [a for a in live.answers.values() if a is not None and len(a["datasets"]) == 2]
     assert both, "some crawled domains are also in the dataset"
+    ingested = [
+        a for a in live.answers.values() if a is not None and INGESTED_ID in {d["dataset_id"] for d in a["datasets"]}
+    ]
+    assert len(ingested) > INGESTED_HOSTS // 2, "the dataset `crawlstream ingest` imported is rebuilt too"
     assert summary["events"] > DATASET_HOSTS
 
 

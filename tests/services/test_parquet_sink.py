@@ -183,3 +183,20 @@ def test_staging_log_truncates_a_torn_tail(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="locked by another"):
         StagingLog(tmp_path / "s")
     log.close()
+
+
+def test_records_ingest_already_wrote_to_the_lake_are_skipped_live(make_settings: Callable[..., Settings]) -> None:
+    """`crawlstream ingest` writes its rows to the lake itself and marks their urls.records copies:
+    the live sink must not write them twice (replay, skip_in_lake=False, does write them)."""
+    from crawlstream.topics import IN_LAKE_HEADER
+
+    settings = make_settings()
+    with host_for(settings) as host:
+        out = host.event_producer()
+        for i in range(10):
+            out.send(URLS_RECORDS, UrlRecord(EXTERNAL_DATASET, f"https://in-lake.example.com/{i}"),
+                     headers=[(IN_LAKE_HEADER, b"1")])
+        out.send(URLS_RECORDS, UrlRecord(EXTERNAL_DATASET, "https://external.example.com/"))
+        out.flush()
+    assert run_sink(settings) == 11
+    assert lake_count(settings.data_dir) == 1, "only the unmarked record"

@@ -9,11 +9,15 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
+from crawlstream.events import EventProducer, UrlRecord
 from crawlstream.ingest import FORMATS, IngestStats, ingest_files
 from crawlstream.lake import LakeWriter
 from crawlstream.settings import Settings
+from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -27,6 +31,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--ts-field", default=None, help="optional timestamp field (epoch ms or ISO-8601)")
     p.add_argument("--no-extras", action="store_true", help="do not keep the other fields as JSON extras")
     p.add_argument("--no-rejects", action="store_true", help="do not write rejects/dataset_id=N/<file>.jsonl")
+    p.add_argument(
+        "--no-publish",
+        action="store_true",
+        help="do not also send the rows to urls.records (faster, but `crawlstream replay` cannot rebuild them)",
+    )
     p.set_defaults(func=run)
 
 
@@ -52,21 +61,44 @@ class _Progress:
         sys.stderr.flush()
 
 
+def _publisher(events: EventProducer) -> Callable[[int, str, str, int | None, str | None], None]:
+    """Each lake row as a ``UrlRecord`` on ``urls.records``, marked as already in the lake:
+    the live sink skips it, replay rebuilds it. Extras become the record's string map (a
+    non-string value as its JSON text)."""
+    header = [(IN_LAKE_HEADER, b"1")]
+
+    def publish(dataset_id: int, url: str, domain: str, ts_ms: int | None, extras: str | None) -> None:
+        parsed = json.loads(extras) if extras else {}
+        fields = {k: v if isinstance(v, str) else json.dumps(v) for k, v in parsed.items()}
+        events.send(URLS_RECORDS, UrlRecord(dataset_id, url, ts_ms, fields, domain), headers=header)
+
+    return publish
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = _Progress()
     writer = LakeWriter.from_settings(settings)
     rejects = None if args.no_rejects else settings.data_dir / "rejects" / f"dataset_id={args.dataset_id}"
-    stats = ingest_files(
-        args.files,
-        args.dataset_id,
-        writer,
-        fmt=args.format,
-        url_field=args.url_field,
-        ts_field=args.ts_field,
-        keep_extras=not args.no_extras,
-        rejects_dir=rejects,
-        progress=progress,
-    )
+    with ExitStack() as stack:
+        publish = published = None
+        if not args.no_publish:
+            from crawlstream.services._host import open_host
+
+            events = stack.enter_context(open_host(settings)).event_producer()
+            publish, published = _publisher(events), events.flush
+        stats = ingest_files(
+            args.files,
+            args.dataset_id,
+            writer,
+            fmt=args.format,
+            url_field=args.url_field,
+            ts_field=args.ts_field,
+            keep_extras=not args.no_extras,
+            rejects_dir=rejects,
+            progress=progress,
+            publish=publish,
+            published=published,
+        )
     progress(stats, final=True)
     sys.stdout.write(json.dumps(stats.to_json(), indent=2) + "\n")
     return 0

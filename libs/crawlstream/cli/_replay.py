@@ -118,7 +118,7 @@ def replay_into(
         progress.update(progress.done_before)
 
         staging = StagingLog(into / "parquet-sink" / "staging" / "replay")
-        handler = SinkHandler.from_settings(target, staging)
+        handler = SinkHandler.from_settings(target, staging, skip_in_lake=False)
         handler.recover()  # rows an interrupted run had staged but not published
         loop = host.service_loop("replay", state.group, topics, handler, consumer=consumer, batch_size=5000)
         interrupted = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from crawlstream.bus import Message, Producer
@@ -72,7 +72,14 @@ class EventProducer:
             count = self._partitions[topic] = self._producer.partition_count(topic)
         return count
 
-    def send(self, topic: str, event: Event, *, timestamp_ms: int | None = None) -> None:
+    def send(
+        self,
+        topic: str,
+        event: Event,
+        *,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
         """Queue ``event`` on ``topic`` (whose value type it must be, for the fixed topics)."""
         expected = TOPIC_EVENTS.get(topic)
         if expected is not None and type(event) is not expected:
@@ -87,6 +94,7 @@ class EventProducer:
             partition=self._partition_for(domain, self.partition_count(topic)),
             key=domain.encode("utf-8"),
             timestamp_ms=timestamp_ms,
+            headers=headers,
         )
 
     def flush(self, timeout_s: float = 30.0) -> None:

@@ -77,8 +77,16 @@ def ingest_files(
     keep_extras: bool = True,
     rejects_dir: Path | None = None,
     progress: Callable[[IngestStats], None] | None = None,
+    publish: Callable[[int, str, str, int | None, str | None], None] | None = None,
+    published: Callable[[], None] | None = None,
 ) -> IngestStats:
-    """Import ``paths`` as dataset ``dataset_id`` through ``writer`` (flushed at the end)."""
+    """Import ``paths`` as dataset ``dataset_id`` through ``writer`` (flushed at the end).
+
+    ``publish(dataset_id, url, domain, ts_ms, extras_json)`` is called for every valid row
+    (``crawlstream ingest`` sends it to ``urls.records``, the replay source), and
+    ``published()`` once before the lake files are written: if it raises (the bus did not
+    take the rows), nothing is written to the lake either.
+    """
     from crawlstream.urls import canonicalize
 
     if dataset_id < 0 or dataset_id > 2**31 - 1:
@@ -107,6 +115,8 @@ def ingest_files(
                             reason, error = exc.reason, str(exc)
                         else:
                             add(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
+                            if publish is not None:
+                                publish(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
                             stats.valid += 1
                             continue
                     stats.invalid[reason] += 1
@@ -126,6 +136,8 @@ def ingest_files(
         finally:
             if rejects is not None:
                 rejects.close()
+    if published is not None:
+        published()
     writer.flush()
     stats.files_written = len(writer.written)
     stats.bytes_written = sum(w.size_bytes for w in writer.written)
