@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
 def test_demo_crawls_indexes_and_answers_from_the_index(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
-            sys.executable, "-m", "crawlstream", "demo", "--no-serve",
-            "--domains", "4", "--pages-per-domain", "3",
-            "--data-dir", str(tmp_path), "--scheduler-min-delay-s", "0.05",
+            sys.executable,
+            "-m",
+            "crawlstream",
+            "demo",
+            "--no-serve",
+            "--domains",
+            "4",
+            "--pages-per-domain",
+            "3",
+            "--data-dir",
+            str(tmp_path),
+            "--scheduler-min-delay-s",
+            "0.05",
         ],
-        capture_output=True, text=True, timeout=240, check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary, index, sample = (json.loads(line) for line in proc.stdout.splitlines())
@@ -27,3 +42,24 @@ def test_demo_crawls_indexes_and_answers_from_the_index(tmp_path: Path) -> None:
         (dataset,) = answer["datasets"]
         assert dataset["dataset_id"] == 1 and dataset["url_count"] == answer["total"] > 0
         assert all(url.startswith("http://") for url in answer["first_urls"])
+
+
+def test_demo_refuses_a_taken_api_port_before_crawling(tmp_path: Path) -> None:
+    """Not a traceback after a minute of crawling: a one-line error at once, naming the flag."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "crawlstream", "demo", "--data-dir", str(tmp_path), "--api-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--api-port" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "store").exists(), "nothing was crawled"

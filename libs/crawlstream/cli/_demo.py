@@ -53,6 +53,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.domains < 1 or args.pages_per_domain < 1:
         raise SystemExit("crawlstream demo: --domains and --pages-per-domain must be >= 1")
+    if not args.no_serve:
+        check_port_free(settings.api.host, settings.api.port)  # before the crawl, not after it
     # The demo web is on loopback, and its robots.txt 5xx / 503 pages would otherwise hold
     # the run for the production back-offs (minutes): cap them so the demo drains promptly.
     settings = dataclasses.replace(
@@ -101,6 +103,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"  curl '{base}/v1/url?url=<url>'   curl {base}/openapi.json\n"
     )
     return serve(settings)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail at start-up, naming the setting, when the API could not listen where configured."""
+    import socket
+
+    from crawlstream.errors import ConfigError
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"the query API cannot listen on {host}:{port} ({exc.strerror}); another process holds the "
+                "port: stop it, or choose another with --api-port / CRAWLSTREAM_API_PORT (or --no-serve)"
+            ) from None
 
 
 def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict[str, Any]:
