@@ -4,6 +4,9 @@ on Kafka, tests/e2e/test_kafka_crawl.py starts its crawls with it)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,38 @@ def test_seed_without_a_valid_url_is_a_usage_error(
     assert "named no valid URL" in capsys.readouterr().err
     assert main(["seed", "--seeds", str(tmp_path / "missing.txt")]) == 2
     assert "neither a URL" in capsys.readouterr().err
+
+
+def test_a_crawl_whose_every_fetch_the_guard_refused_says_which_flag_allows_it(tmp_path: Path) -> None:
+    """Loopback seeds without --allow-private-networks: 0 pages, and the summary says why and
+    what to do (on stderr and in the JSON); the placeholder User-Agent draws a warning."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
+    env |= {
+        "CRAWLSTREAM_DATA_DIR": str(tmp_path),
+        "CRAWLSTREAM_BUS_PARTITIONS": "2",
+        "CRAWLSTREAM_CRAWL_CHECK_INTERVAL_S": "0.2",
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crawlstream",
+            "run",
+            "--exit-when-done",
+            "--seeds",
+            "http://127.0.0.1:9/",
+            "http://localhost:9/a",
+            "http://10.0.0.1/",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["pages"] == 0 and summary["by_outcome"] == {"blocked_private": 3}
+    assert "--allow-private-networks" in summary["hints"][0]
+    assert "--allow-private-networks" in result.stderr
+    assert "placeholder contact" in result.stderr

@@ -95,6 +95,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         summary = run_crawl(host, seeds, services=names, exit_when_done=args.exit_when_done)
     sys.stdout.write(summary.to_line() + "\n")
     sys.stdout.flush()
+    for hint in summary.hints:
+        sys.stderr.write(f"crawlstream run: {hint}\n")
     return 0
 
 

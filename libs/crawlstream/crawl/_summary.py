@@ -28,8 +28,22 @@ class CrawlSummary:
     def pages_per_s(self) -> float:
         return self.pages_this_run / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def hints(self) -> list[str]:
+        """What a user should do about how the crawl went, when something stands out."""
+        out: list[str] = []
+        blocked = self.stats.by_outcome.get("blocked_private", 0)
+        if blocked and blocked * 2 >= self.stats.results:
+            out.append(
+                f"{blocked} of {self.stats.results} fetches were refused by the network guard: those hosts "
+                "resolve to private, loopback or reserved addresses. To crawl them on purpose, pass "
+                "--allow-private-networks (CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS=true)"
+            )
+        return out
+
     def to_json(self) -> dict[str, Any]:
         s = self.stats
+        hints = self.hints
         return {
             "reason": self.reason,
             "pages": s.pages,
@@ -41,6 +55,7 @@ class CrawlSummary:
             "by_status": {str(k): v for k, v in sorted(s.by_status.items())},
             "truncated": s.truncated,
             "errors": s.errors,
+            **({"hints": hints} if hints else {}),
         }
 
     def to_line(self) -> str:

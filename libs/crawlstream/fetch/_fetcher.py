@@ -43,6 +43,9 @@ __all__ = ["Fetcher", "load_resolve_map"]
 
 logger = logging.getLogger(__name__)
 
+# The default User-Agent's contact: a crawl of the real web with it draws a warning.
+PLACEHOLDER_CONTACT = "example.invalid"
+
 _CHUNK_BYTES = 64 * 1024
 # The ratio guard only engages past this many decoded bytes: small, very repetitive pages
 # legitimately compress > 100:1.
@@ -143,6 +146,13 @@ class Fetcher:
         f = settings.fetch
         if resolve_map is None and f.resolve_map_file is not None:
             resolve_map = load_resolve_map(f.resolve_map_file)
+        if resolve_map is None and PLACEHOLDER_CONTACT in f.user_agent:
+            # Site owners read the User-Agent to find who crawls them (not for a mapped demo web).
+            logger.warning(
+                "the User-Agent %r has a placeholder contact: set CRAWLSTREAM_FETCH_USER_AGENT "
+                "(--fetch-user-agent) to name your crawler with a URL or e-mail where site owners reach you",
+                f.user_agent,
+            )
         return cls(
             user_agent=f.user_agent,
             timeout_s=f.timeout_s,
