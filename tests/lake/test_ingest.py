@@ -96,3 +96,27 @@ def test_cli_prints_a_json_summary_and_progress(tmp_path: Path, capsys: pytest.C
     assert "rows/s" in err and "invalid 3" in err
     rc = main(["index", "build", "--data-dir", str(tmp_path / "d")])
     assert rc == 0 and json.loads(capsys.readouterr().out)["rows_scanned"] == 2
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_csv_line_with_a_broken_quote_costs_that_row_only(tmp_path: Path, compress: bool) -> None:
+    """Row 251 of 500 has an unterminated quote (pyarrow alone read it on into row 252 and lost
+    it silently): every other row is ingested, the broken one and a line with too many fields
+    are counted and written to the rejects file, and the counts add up to the input's rows."""
+    lines = ["url,title,rank"]
+    for i in range(1, 501):
+        title = f'"title {i}' if i == 251 else f'"title, {i}"'
+        extra = ",surplus" if i == 400 else ""
+        lines.append(f"https://site{i}.example.com/p,{title},{i}{extra}")
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / ("d.csv.gz" if compress else "d.csv")
+    path.write_bytes(gzip.compress(text.encode()) if compress else text.encode())
+    writer = LakeWriter(tmp_path / "lake")
+    stats = ingest_files([path], 3, writer, rejects_dir=tmp_path / "rejects")
+    assert (stats.rows, stats.valid, dict(stats.invalid)) == (500, 498, {"csv_syntax": 1, "csv_columns": 1})
+    assert stats.rows == len(lines) - 1
+    rejects = [json.loads(line) for line in (tmp_path / "rejects" / f"{path.name}.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["reason"]) for r in rejects] == [(251, "csv_syntax"), (400, "csv_columns")]
+    assert rejects[0]["url"] == 'https://site251.example.com/p,"title 251,251'
+    expected = sorted(f"https://site{i}.example.com/p" for i in range(1, 501) if i not in (251, 400))
+    assert _lake_urls(tmp_path / "lake") == expected

@@ -6,12 +6,13 @@ whose URL field is missing still comes out (as ``None``) and gets counted, not d
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -39,6 +40,9 @@ class Batch:
     ts_ms: list[int | None]
     extras: list[str | None]
     bad_ts: int = 0
+    # index in the batch -> (reason, message) of a row that could not be parsed at all; its
+    # ``urls`` entry holds the raw line, for the rejects file
+    bad: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def open_decompressed(path: Path) -> BinaryIO:
@@ -102,11 +106,77 @@ def iter_batches(
     elif fmt == "jsonl":
         yield from _jsonl(path, url_field, ts_field, keep_extras, batch_rows)
     elif fmt == "csv":
-        yield from _table_batches(path, "csv", url_field, ts_field, keep_extras)
+        if _has_unbalanced_quote(path):
+            # pyarrow would read an unterminated quote on into the following rows (and lose
+            # them, silently): parse line by line instead, so a broken line costs one row.
+            yield from _csv_by_line(path, url_field, ts_field, keep_extras, batch_rows)
+        else:
+            yield from _table_batches(path, "csv", url_field, ts_field, keep_extras)
     elif fmt == "parquet":
         yield from _table_batches(path, "parquet", url_field, ts_field, keep_extras)
     else:
         raise BadDataError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def _has_unbalanced_quote(path: Path) -> bool:
+    """Whether a line of the CSV has an odd number of double quotes: an unterminated quoted
+    field (or a value spanning lines, which the line-by-line reader rejects row by row)."""
+    with open_decompressed(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+        return any(line.count('"') % 2 for line in text)
+
+
+def _csv_by_line(
+    path: Path, url_field: str, ts_field: str | None, keep_extras: bool, batch_rows: int
+) -> Iterator[Batch]:
+    """CSV parsed one physical line at a time (slower than pyarrow, used only when a line is
+    broken): a line that is not valid CSV, or has the wrong number of fields, is a bad row."""
+    with open_decompressed(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline=None)
+        header_line = next(text, "")
+        try:
+            header = next(csv.reader([header_line], strict=True))
+        except (csv.Error, StopIteration):
+            raise BadDataError(f"{path}: the CSV header line is not valid CSV: {header_line[:200]!r}") from None
+        if url_field not in header:
+            raise BadDataError(f"{path}: expected a column {url_field!r}, found {header}; pass --url-field NAME")
+        url_at = header.index(url_field)
+        ts_at = header.index(ts_field) if ts_field is not None and ts_field in header else None
+        others = [(i, name) for i, name in enumerate(header) if i not in (url_at, ts_at)]
+        batch = Batch(1, [], [], [])
+        for n, line in enumerate(text, 1):
+            line = line.rstrip("\n")
+            url: str | None = None
+            ts: int | None = None
+            extras: str | None = None
+            try:
+                row = next(csv.reader([line], strict=True)) if line else [""] * len(header)
+            except csv.Error as exc:
+                batch.bad[len(batch.urls)] = ("csv_syntax", f"not valid CSV ({exc})")
+                row = None
+            if row is not None and len(row) != len(header):
+                batch.bad[len(batch.urls)] = ("csv_columns", f"{len(row)} fields, the header has {len(header)}")
+                row = None
+            if row is None:
+                url = line
+            else:
+                url = row[url_at]
+                if ts_at is not None:
+                    try:
+                        ts = _ts_ms(row[ts_at])
+                    except ValueError:
+                        batch.bad_ts += 1
+                if keep_extras and others:
+                    values = {name: row[i] for i, name in others if row[i] != ""}
+                    extras = json.dumps(values, ensure_ascii=False, separators=(",", ":")) if values else None
+            batch.urls.append(url)
+            batch.ts_ms.append(ts)
+            batch.extras.append(extras)
+            if len(batch.urls) >= batch_rows:
+                yield batch
+                batch = Batch(n + 1, [], [], [])
+        if batch.urls:
+            yield batch
 
 
 def _text(path: Path, batch_rows: int) -> Iterator[Batch]:

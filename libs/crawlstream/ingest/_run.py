@@ -104,7 +104,10 @@ def ingest_files(
                 for i, raw in enumerate(batch.urls):
                     stats.rows += 1
                     reason = error = None
-                    if raw is None:
+                    unparsed = batch.bad.get(i)
+                    if unparsed is not None:
+                        reason, error = unparsed
+                    elif raw is None:
                         reason, error = "missing", f"no string field {url_field!r}"
                     elif not raw:
                         reason, error = "blank", "empty line or value"
