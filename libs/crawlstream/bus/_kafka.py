@@ -75,10 +75,16 @@ def _retriable(err: Any) -> bool:
     return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT_ERRORS)
 
 
-def _retrying(call: Callable[[], T], what: str, timeout_s: float = _COMMIT_RETRY_S) -> T:
+def _retrying(
+    call: Callable[[], T],
+    what: str,
+    timeout_s: float = _COMMIT_RETRY_S,
+    on_retry: Callable[[KafkaError, str], None] | None = None,
+) -> T:
     """``call()``, asked again while the cluster answers with a transient error (a partition
     between leaders, the group coordinator moving or still loading its offsets: both seen on
-    a fresh cluster and during a broker failover), up to ``timeout_s``."""
+    a fresh cluster and during a broker failover), up to ``timeout_s``. ``on_retry(err,
+    what)`` hears of each retry (a consumer's warn-once counter)."""
     deadline = time.monotonic() + timeout_s
     pause = 0.05
     while True:
@@ -88,6 +94,8 @@ def _retrying(call: Callable[[], T], what: str, timeout_s: float = _COMMIT_RETRY
             err = exc.args[0] if exc.args else None
             if not _retriable(err) or time.monotonic() > deadline:
                 raise BusUnavailable(f"{what} failed: {exc}") from exc
+            if on_retry is not None and isinstance(err, KafkaError):
+                on_retry(err, f"{what} (retried while the cluster recovers)")
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
@@ -462,26 +470,25 @@ class KafkaConsumer(Consumer):
         if not offsets:
             return
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition, pos) for tp, pos in offsets.items()]
-        deadline = time.monotonic() + _COMMIT_RETRY_S
-        pause = 0.1
-        while True:
+
+        def attempt() -> bool:
+            """False if a rebalance rejected the whole commit (it is retried after the rebalance);
+            KafkaException for ``_retrying`` to judge; True otherwise."""
             try:
                 result = self._consumer.commit(offsets=request, asynchronous=False)
-                failed = [tp for tp in result or [] if tp.error is not None]
-                if not failed or all(self._rejected_by_rebalance(offsets, tp.error) for tp in failed):
-                    break
-                err, cause = failed[0].error, f"commit failed for {[(_tp(tp), tp.error) for tp in failed]}"
             except KafkaException as exc:
-                err, cause = (exc.args[0] if exc.args else None), f"commit of {dict(offsets)} failed: {exc}"
-                if self._rejected_by_rebalance(offsets, err):
-                    return
-            if not _retriable(err) or time.monotonic() > deadline:
-                raise BusUnavailable(cause) from KafkaException(err)
-            # The group coordinator moved (its broker failed) or is still loading: the client
-            # finds the new one, and the same offsets are committed again.
-            self._warn(err, "commit (retried while the group coordinator is unavailable)")
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+                if self._rejected_by_rebalance(offsets, exc.args[0] if exc.args else None):
+                    return False
+                raise
+            failed = [tp for tp in result or [] if tp.error is not None]
+            if failed and not all(self._rejected_by_rebalance(offsets, tp.error) for tp in failed):
+                raise KafkaException(failed[0].error)
+            return True
+
+        # The group coordinator moved (its broker failed) or is still loading: the client
+        # finds the new one, and the same offsets are committed again.
+        if not _retrying(attempt, f"commit of {dict(offsets)}", on_retry=self._warn):
+            return
         self._committed.update(offsets)
         for tp in offsets:
             self._commit_later.pop(tp, None)
