@@ -58,15 +58,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from crawlstream.replay import prepare_target
+    from crawlstream.replay import check_retained, prepare_target
+    from crawlstream.services._host import open_host
 
     into: Path = args.into.resolve()
     if into == settings.data_dir.resolve():
         from crawlstream.errors import ConfigError
 
         raise ConfigError(f"--into {into} is the data dir replay reads from; give another directory")
-    _check_sources(settings, args.topics)  # before DIR is touched
-    state, resumed = prepare_target(into, args.topics, from_beginning=args.from_beginning)
     stop = {"requested": False}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -74,17 +73,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    summary = replay_into(settings, into, state, resumed=resumed, should_stop=lambda: stop["requested"])
+    with open_host(settings) as host:
+        check_retained({t: host.bus.start_offsets(t) for t in args.topics})  # before DIR is touched
+        state, resumed = prepare_target(into, args.topics, from_beginning=args.from_beginning)
+        summary = _replay(host, into, state, resumed, lambda: stop["requested"], sys.stderr)
     sys.stdout.write(json.dumps(summary) + "\n")
     return 130 if summary["interrupted"] else 0
-
-
-def _check_sources(settings: Settings, topics: list[str]) -> None:
-    from crawlstream.replay import check_retained
-    from crawlstream.services._host import open_host
-
-    with open_host(settings) as host:
-        check_retained({t: host.bus.start_offsets(t) for t in topics})
 
 
 def replay_into(
@@ -96,60 +90,62 @@ def replay_into(
     should_stop: Any = lambda: False,
     progress_out: Any = None,
 ) -> dict[str, Any]:
-    """Replay ``state.topics`` into ``into`` (see the module docstring); the JSON summary."""
+    """Replay ``state.topics`` into ``into`` (see the module docstring); the JSON summary.
+    Refuses topics whose beginning retention deleted, as the command does."""
+    from crawlstream.replay import check_retained
+    from crawlstream.services._host import open_host
+
+    with open_host(settings) as host:
+        check_retained({t: host.bus.start_offsets(t) for t in state.topics})
+        return _replay(host, into, state, resumed, should_stop, progress_out or sys.stderr)
+
+
+def _replay(host: Any, into: Path, state: Any, resumed: bool, should_stop: Any, out: Any) -> dict[str, Any]:
     from crawlstream.bus import TopicPartition
     from crawlstream.index import IndexBuilder
-    from crawlstream.replay import ReplayProgress, check_retained
-    from crawlstream.services._host import open_host
+    from crawlstream.replay import ReplayProgress
     from crawlstream.services.parquet_sink._staging import StagingLog
     from crawlstream.services.parquet_sink.main import SinkHandler
 
-    out = progress_out or sys.stderr
-    target = dataclasses.replace(settings, data_dir=into)
+    target = dataclasses.replace(host.settings, data_dir=into)
     started = time.monotonic()
-    with open_host(settings) as host:
-        bus = host.bus
-        topics = list(state.topics)
-        check_retained({t: bus.start_offsets(t) for t in topics})
-        ends = {TopicPartition(t, p): end for t in topics for p, end in enumerate(bus.end_offsets(t))}
-        consumer = bus.consumer(state.group)
-        committed = {tp: off or 0 for tp, off in consumer.committed(ends).items()}
-        progress = ReplayProgress(total=sum(ends.values()), done_before=sum(committed.values()))
-        progress.update(progress.done_before)
+    bus = host.bus
+    topics = list(state.topics)
+    ends = {TopicPartition(t, p): end for t in topics for p, end in enumerate(bus.end_offsets(t))}
+    consumer = bus.consumer(state.group)
+    committed = {tp: off or 0 for tp, off in consumer.committed(ends).items()}
+    progress = ReplayProgress(total=sum(ends.values()), done_before=sum(committed.values()))
+    progress.update(progress.done_before)
 
-        staging = StagingLog(into / "parquet-sink" / "staging" / "replay")
-        handler = SinkHandler.from_settings(target, staging, skip_in_lake=False)
-        handler.recover()  # rows an interrupted run had staged but not published
-        loop = host.service_loop("replay", state.group, topics, handler, consumer=consumer, batch_size=5000)
-        interrupted = False
-        last_report = 0.0
-        try:
-            while True:
-                if progress.done >= progress.total and _reached(consumer.committed(ends), ends):
+    staging = StagingLog(into / "parquet-sink" / "staging" / "replay")
+    handler = SinkHandler.from_settings(target, staging, skip_in_lake=False)
+    handler.recover()  # rows an interrupted run had staged but not published
+    loop = host.service_loop("replay", state.group, topics, handler, consumer=consumer, batch_size=5000)
+    interrupted = False
+    last_report = 0.0
+    try:
+        while True:
+            if should_stop():
+                interrupted = True
+                break
+            loop.run_once()
+            now = time.monotonic()
+            if now - last_report >= _PROGRESS_INTERVAL_S:  # the first iteration reports at once
+                last_report = now
+                done = consumer.committed(ends)
+                progress.update(sum(min(off or 0, ends[tp]) for tp, off in done.items()))
+                out.write(progress.line() + "\n")
+                out.flush()
+                if _reached(done, ends):
                     break
-                if should_stop():
-                    interrupted = True
-                    break
-                loop.run_once()
-                now = time.monotonic()
-                if now - last_report >= _PROGRESS_INTERVAL_S:
-                    last_report = now
-                    done = consumer.committed(ends)
-                    progress.update(sum(min(off or 0, ends[tp]) for tp, off in done.items()))
-                    out.write(progress.line() + "\n")
-                    out.flush()
-                    if _reached(done, ends):
-                        break
-        finally:
-            loop.close()
-            handler.flush()
-            staging.close()
-        dead = loop.metrics.dead_lettered
-        dead_lettered = int(
-            sum(
-                sample.value for metric in dead.collect() for sample in metric.samples if sample.name.endswith("_total")
-            )
-        )
+    finally:
+        loop.close()
+        handler.flush()
+        staging.close()
+    dead = loop.metrics.dead_lettered
+    dead_lettered = int(
+        sum(sample.value for metric in dead.collect() for sample in metric.samples if sample.name.endswith("_total"))
+    )
     progress.update(progress.total if not interrupted else progress.done)
     out.write(progress.line() + "\n")
     summary: dict[str, Any] = {
