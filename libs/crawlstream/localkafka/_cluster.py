@@ -13,6 +13,7 @@ so a crashed test never leaves brokers behind.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import json
@@ -164,6 +165,7 @@ class LocalKafka:
     _nodes: list[_Node] = field(default_factory=list, init=False)
     _temp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
     _classpath: str = field(default="", init=False)
+    _cluster_id: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -202,7 +204,7 @@ class LocalKafka:
         try:
             for node in self._nodes:
                 self._configure(node)
-                self._format(node, root)
+                self._format(node)
             for node in self._nodes:
                 self._launch(node)
             self.wait_ready()
@@ -337,8 +339,6 @@ class LocalKafka:
     def _random_cluster_id() -> str:
         """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
         ``kafka-storage random-uuid`` prints), without starting a JVM for it."""
-        import base64
-
         return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
     def _configure(self, node: _Node) -> None:
@@ -381,7 +381,7 @@ class LocalKafka:
             _LOG4J2.format(log_file=node.directory / "server.log", level=self.log_level)
         )
 
-    def _format(self, node: _Node, root: Path) -> None:
+    def _format(self, node: _Node) -> None:
         if (node.directory / "logs" / "meta.properties").exists():
             return
         result = subprocess.run(
@@ -401,18 +401,12 @@ class LocalKafka:
             capture_output=True,
             timeout=120,
             check=False,
-            env=self._env(node),
         )
         if result.returncode != 0:
             raise BusUnavailable(
                 f"formatting Kafka storage of node {node.node_id} in {node.directory} failed "
                 f"(exit {result.returncode}): {result.stderr.decode(errors='replace')[-2000:]}"
             )
-
-    def _env(self, node: _Node) -> dict[str, str]:
-        env = dict(os.environ)
-        env["KAFKA_LOG4J_OPTS"] = ""
-        return env
 
     def _launch(self, node: _Node) -> None:
         for port in (node.port, node.controller_port):
@@ -436,7 +430,6 @@ class LocalKafka:
             stdout=node.stdout,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
-            env=self._env(node),
         )
         logger.info("Kafka node %d: pid %d, %s", node.node_id, node.process.pid, node.address)
 
