@@ -70,10 +70,25 @@ def test_query_api_is_probed_on_healthz_and_exposed() -> None:
     assert any(s["spec"]["selector"] == api["spec"]["selector"]["matchLabels"] for s in services)
 
 
+def test_query_api_binds_beyond_loopback_only_with_a_tokens_file_from_a_secret() -> None:
+    (api,) = [d for d in _k8s_documents() if d["kind"] == "Deployment" and d["metadata"]["name"] == "query-api"]
+    spec = api["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    tokens = Path(env["CRAWLSTREAM_API_TOKENS_FILE"])
+    (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == tokens.parent]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert mount["readOnly"] and volume["secret"]["defaultMode"] == 0o400
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    assert compose["query-api"]["environment"]["CRAWLSTREAM_API_TOKENS_FILE"] == "/data/api/tokens.json"
+    assert compose["api-tokens"]["command"] == ["tokens", "init"]
+    assert compose["query-api"]["depends_on"]["api-tokens"]["condition"] == "service_completed_successfully"
+
+
 def test_compose_runs_every_service_against_kafka_and_redis() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     services = compose["services"]
-    roles = {s["command"][1] for name, s in services.items() if name not in ("kafka", "redis")}
+    roles = {s["command"][1] for s in services.values() if s.get("command", [""])[0] == "service"}
     assert roles == set(SERVICE_NAMES)
     for name in SERVICE_NAMES:
         env = services[name]["environment"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import gzip
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -88,10 +89,22 @@ def serve(
     registry: CollectorRegistry | None = None,
     max_limit: int = 50,
 ) -> T:
-    """Start the API (with ``store``) on 127.0.0.1, run ``scenario`` against it, stop it."""
+    """Start the API (with ``store``) on 127.0.0.1, run ``scenario`` against it, stop it.
+
+    Without ``acl``: the default loopback set-up (anonymous reads, the tokens of ACL_DOC)."""
     return run_client(
-        reader, scenario, max_limit=max_limit, acl=acl, registry=registry, default_limit=3, store=store
+        reader,
+        scenario,
+        max_limit=max_limit,
+        acl=Acl.from_mapping(ACL_DOC) if acl is None else acl,
+        anonymous_reads=acl is None,
+        registry=registry,
+        default_limit=3,
+        store=store,
     )
+
+
+AS_DELETER = {"headers": {"Authorization": "Bearer tok-deleter-klmnopqrs"}}
 
 
 async def _json(c: Client, method: str, path: str, **kw: Any) -> tuple[int, Any]:
@@ -145,7 +158,7 @@ def test_unknown_url_is_404_and_invalid_url_is_400(reader: IndexReader, store: C
             await _json(c, "GET", "/v1/content", params={"url": "https://never-stored.example.com/"}),
             await _json(c, "GET", "/v1/content", params={"url": "not a url"}),
             await _json(c, "GET", "/v1/content"),
-            await _json(c, "DELETE", "/v1/content", params={"url": "ftp://x.example.com/"}),
+            await _json(c, "DELETE", "/v1/content", params={"url": "ftp://x.example.com/"}, **AS_DELETER),
         ]
 
     (s404, e404), (s400, e400), (smissing, emissing), (sdel, edel) = serve(reader, store, go)
@@ -180,9 +193,9 @@ def test_delete_is_204_and_the_page_is_gone_at_once_from_reads_and_search(
 
     async def go(c: Client) -> list[tuple[int, Any]]:
         return [
-            await _json(c, "DELETE", "/v1/content", params={"url": victim}),
+            await _json(c, "DELETE", "/v1/content", params={"url": victim}, **AS_DELETER),
             await _json(c, "GET", "/v1/content", params={"url": victim}),
-            await _json(c, "DELETE", "/v1/content", params={"url": victim}),
+            await _json(c, "DELETE", "/v1/content", params={"url": victim}, **AS_DELETER),
             await _json(c, "GET", "/v1/content/search", params={"domain": "booksamillion.com", "limit": "50"}),
         ]
 
@@ -332,6 +345,50 @@ DELETER = "tok-deleter-klmnopqrs"  # every dataset and delete
 ACL_DOC: dict[str, Any] = {LIMITED: [1, 2], READER: "*", DELETER: {"datasets": "*", "delete": True}}
 
 
+def test_a_dataset_1_token_cannot_read_dataset_2_anywhere(
+    reader: IndexReader, store: ContentStore, pages: list[tuple[str, bytes]]
+) -> None:
+    """Index, URL lookup, content and search: what only dataset 2 holds never reaches a token
+    granted dataset 1, while a token granted every dataset sees it (so the data is there)."""
+    one, every = "tok-dataset-one-0123", "tok-every-dataset-45"
+    only_in_2 = "https://shop.example.co.uk/item/3"
+    stored = pages[0][0]
+
+    async def go(c: Client) -> dict[str, Any]:
+        async def ask(token: str, path: str, **params: str) -> tuple[int, Any]:
+            resp = await c.get(path, params=params, headers={"Authorization": f"Bearer {token}"})
+            body = await resp.read()
+            return resp.status, (json.loads(body) if resp.content_type == "application/json" else body)
+
+        out: dict[str, Any] = {}
+        for name, token in (("one", one), ("every", every)):
+            status, doc = await ask(token, "/v1/domain/example.co.uk")
+            out[f"{name} domain"] = (status, [d["dataset_id"] for d in doc["datasets"]])
+            out[f"{name} only-2 domain"] = (await ask(token, "/v1/domain/bücher.de"))[0]
+            out[f"{name} urls of 2"] = (await ask(token, "/v1/domain/example.co.uk/datasets/2/urls"))[0]
+            status, doc = await ask(token, "/v1/url", url=only_in_2)
+            out[f"{name} url lookup"] = (status, doc["datasets"])
+            out[f"{name} content"] = (await ask(token, "/v1/content", url=stored))[0]
+            out[f"{name} search"] = (await ask(token, "/v1/content/search", domain="booksamillion.com"))[0]
+        return out
+
+    answers = serve(reader, store, go, acl=Acl.from_mapping({one: [1], every: "*"}))
+    assert answers == {
+        "one domain": (200, [1]),
+        "one only-2 domain": 404,
+        "one urls of 2": 404,
+        "one url lookup": (200, []),
+        "one content": 403,
+        "one search": 403,
+        "every domain": (200, [1, 2, 7]),
+        "every only-2 domain": 200,
+        "every urls of 2": 200,
+        "every url lookup": (200, [2]),
+        "every content": 200,
+        "every search": 200,
+    }
+
+
 def test_acl_content_needs_an_all_datasets_token_and_delete_needs_the_delete_right(
     reader: IndexReader, store: ContentStore, pages: list[tuple[str, bytes]]
 ) -> None:
@@ -408,7 +465,7 @@ def test_without_a_store_content_routes_are_503_and_not_documented(reader: Index
     async def go(c: Client) -> list[Any]:
         return [
             await _json(c, "GET", "/v1/content", params={"url": "http://a.com/"}),
-            await _json(c, "DELETE", "/v1/content", params={"url": "http://a.com/"}),
+            await _json(c, "DELETE", "/v1/content", params={"url": "http://a.com/"}, **AS_DELETER),
             await _json(c, "GET", "/v1/content/search", params={"tag": "x"}),
             await _json(c, "GET", "/openapi.json"),
         ]
@@ -450,6 +507,7 @@ def test_openapi_documents_the_content_routes_and_schemathesis_finds_no_server_e
     assert limit["schema"]["maximum"] == 50
     assert failures == []
     assert statuses.get(200, 0) > 0 and statuses.get(400, 0) > 0 and statuses.get(404, 0) > 0, statuses
+    assert statuses.get(401, 0) > 0, statuses  # every DELETE without a token
 
 
 def test_schemathesis_with_an_acl_and_a_store_finds_no_server_error(reader: IndexReader, store: ContentStore) -> None:

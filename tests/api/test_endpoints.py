@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
+from crawlstream.api import Acl
 from crawlstream.index import IndexReader
 from crawlstream.urls import url_key
 from tests.api._lake import BIG, DATASETS, TS_MS, expected_urls, run_client
@@ -257,15 +258,27 @@ def test_without_an_index_healthz_and_queries_are_503_not_500(tmp_path: Path) ->
     assert (s2, b2["error"]) == (503, "index_unavailable") and "index build" in b2["message"]
 
 
-def test_unknown_path_and_wrong_method_are_json_errors(reader: IndexReader) -> None:
+def test_unknown_path_and_wrong_method_are_json_errors_after_authorization(reader: IndexReader) -> None:
+    admin = {"Authorization": "Bearer tok-admin"}
+
     async def go(c: Client) -> Any:
         missing = await _get(c, "/v2/nothing")
-        wrong = await c.post("/v1/domain/example.co.uk")
-        return (missing.status, await missing.json()), (wrong.status, await wrong.json(), wrong.headers["Allow"])
+        anonymous = await c.post("/v1/domain/example.co.uk")  # a write: authorization comes first
+        wrong = await c.post("/v1/domain/example.co.uk", headers=admin)
+        nowhere = await c.delete("/v1/nothing", headers=admin)
+        return (
+            (missing.status, await missing.json()),
+            (anonymous.status, await anonymous.json()),
+            (wrong.status, await wrong.json(), wrong.headers["Allow"]),
+            nowhere.status,
+        )
 
-    (s1, b1), (s2, b2, allow) = run_client(reader, go)
+    acl = Acl.from_mapping({"tok-admin": {"datasets": "*", "delete": True}})
+    (s1, b1), (s2, b2), (s3, b3, allow), s4 = run_client(reader, go, acl=acl, anonymous_reads=True)
     assert (s1, b1["error"]) == (404, "not_found")
-    assert (s2, b2["error"]) == (405, "method_not_allowed") and "GET" in allow
+    assert (s2, b2["error"]) == (401, "unauthorized")
+    assert (s3, b3["error"]) == (405, "method_not_allowed") and "GET" in allow
+    assert s4 == 404
 
 
 class _BrokenReader:

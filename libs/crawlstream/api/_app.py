@@ -20,9 +20,12 @@ Contract:
   possibly from disk, do not stall the loop: first page 1051 vs 678 req/s, p99 28 vs 56 ms
   against all-on-loop (interleaved runs, all misses). ``executor_threads=0`` runs everything
   on the loop. The JSON body is encoded where the work ran.
-* With an ACL, ``/v1/*`` needs ``Authorization: Bearer <token>`` (401 otherwise); datasets
-  the token may not see are filtered out, and asking for one directly is a 404 identical to
-  a dataset that does not exist, so existence does not leak. ``/healthz``, ``/metrics`` and
+* Authorization (``_acl.Access``) is decided in the middleware before any other work, for
+  every path under ``/v1/`` (matched or not, so a 401 never reveals which routes exist):
+  writes and deletes need a token granted ``delete``; reads need a token unless anonymous
+  reads are allowed (loopback bind, no tokens file: ``from_settings``). Datasets the token
+  may not see are filtered out, and asking for one directly is a 404 identical to a dataset
+  that does not exist, so existence does not leak. ``/healthz``, ``/metrics`` and
   ``/openapi.json`` stay open (probes and scrapers carry no token).
 * Nothing here logs URLs, domains of requests or tokens (seed §8): logs carry the route
   template, status, latency and request id.
@@ -34,10 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import ipaddress
 import json
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-from crawlstream.api._acl import OPEN, Acl, Grant
+from crawlstream.api._acl import GRANT_KEY, Access, Acl
 from crawlstream.api._content import add_content_routes
 from crawlstream.api._inputs import (
     ApiError,
@@ -60,7 +65,8 @@ from crawlstream.api._inputs import (
 )
 from crawlstream.api._metrics import ApiMetrics
 from crawlstream.api._openapi import openapi_document
-from crawlstream.errors import CrawlstreamError, TransientError
+from crawlstream.api._tokens import TokensFile, default_tokens_path, ensure_tokens_file
+from crawlstream.errors import ConfigError, CrawlstreamError, TransientError
 from crawlstream.index import NotCached
 
 if TYPE_CHECKING:
@@ -68,7 +74,18 @@ if TYPE_CHECKING:
     from crawlstream.settings import Settings
     from crawlstream.store import ContentStore
 
-__all__ = ["REQUEST_ID_HEADER", "RUNNER_OPTIONS", "VERSION_HEADER", "create_app", "from_settings", "serve"]
+__all__ = [
+    "GRANT_KEY",
+    "REQUEST_ID_HEADER",
+    "RUNNER_OPTIONS",
+    "VERSION_HEADER",
+    "check_port_free",
+    "create_app",
+    "from_settings",
+    "is_loopback",
+    "serve",
+    "tokens_from_settings",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +143,7 @@ class QueryApi:
         *,
         max_limit: int,
         default_limit: int,
-        acl: Acl | None,
+        access: Access,
         metrics: ApiMetrics,
         executor_threads: int,
         request_timeout_s: float,
@@ -135,7 +152,7 @@ class QueryApi:
         self.reader = reader
         self.max_limit = max_limit
         self.default_limit = min(default_limit, max_limit)
-        self.acl = acl
+        self.access = access
         self.metrics = metrics
         self.request_timeout_s = request_timeout_s
         self.executor = (
@@ -143,21 +160,14 @@ class QueryApi:
         )
         self.openapi = _encode(
             openapi_document(
-                max_limit=max_limit, default_limit=self.default_limit, secured=acl is not None, content=content
+                max_limit=max_limit,
+                default_limit=self.default_limit,
+                anonymous_reads=access.anonymous_reads,
+                content=content,
             )
         )
 
     # -- plumbing --------------------------------------------------------------------------
-
-    def _grant(self, request: web.Request) -> Grant:
-        if self.acl is None:
-            return OPEN
-        grant = self.acl.authorize(request.headers.get("Authorization"))
-        if grant is None:
-            raise ApiError(
-                401, "unauthorized", "expected the header 'Authorization: Bearer <token>' with a known token"
-            )
-        return grant
 
     def _pinned(self, work: Callable[[PinnedIndex], dict[str, Any]], cached_only: bool = False) -> _Result:
         """Run ``work`` on one pinned version and encode its answer (on the calling thread)."""
@@ -201,7 +211,7 @@ class QueryApi:
     # -- /v1 -------------------------------------------------------------------------------
 
     async def domain(self, request: web.Request) -> web.Response:
-        grant = self._grant(request)
+        grant = request[GRANT_KEY]
         domain = reduce_to_domain(request.match_info["domain"])
 
         def work(idx: PinnedIndex) -> dict[str, Any]:
@@ -216,7 +226,7 @@ class QueryApi:
         return await self._run(request, work, reads_lake=False)
 
     async def urls(self, request: web.Request) -> web.Response:
-        grant = self._grant(request)
+        grant = request[GRANT_KEY]
         domain = reduce_to_domain(request.match_info["domain"])
         dataset_id = parse_dataset_id(request.match_info["dataset_id"])
         offset, limit = parse_page(request.query, default_limit=self.default_limit, max_limit=self.max_limit)
@@ -240,7 +250,7 @@ class QueryApi:
         return await self._run(request, work, reads_lake=True)
 
     async def url(self, request: web.Request) -> web.Response:
-        grant = self._grant(request)
+        grant = request[GRANT_KEY]
         canon = parse_url(query_param(request.query, "url"))
         from crawlstream.urls import url_key
 
@@ -284,6 +294,7 @@ class QueryApi:
 
 
 _REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("crawlstream_metrics_registry")
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _request_id(request: web.Request) -> str:
@@ -315,6 +326,9 @@ def _middleware(api: QueryApi) -> Callable[..., Awaitable[web.StreamResponse]]:
         api.metrics.in_flight.inc()
         resp: web.StreamResponse
         try:
+            if request.path.startswith("/v1/"):
+                write = request.method not in _READ_METHODS
+                request[GRANT_KEY] = api.access.decide(request.headers.get("Authorization"), write=write)
             resp = await handler(request)
         except ApiError as exc:
             resp = _error(exc.status, exc.code, exc.message, rid, exc.index_version)
@@ -344,8 +358,9 @@ def create_app(
     reader: IndexReader,
     *,
     max_limit: int,
-    acl: Acl | None,
+    acl: Acl | TokensFile | None,
     registry: CollectorRegistry,
+    anonymous_reads: bool | None = None,
     default_limit: int = 100,
     executor_threads: int = 4,
     request_timeout_s: float = 10.0,
@@ -356,14 +371,18 @@ def create_app(
     ``registry`` receives this app's metrics and is what ``/metrics`` exposes; pass a fresh
     ``CollectorRegistry`` per app in tests (names can be registered once per registry).
     ``store``: serves ``/v1/content*`` (and documents them in ``/openapi.json``); without one
-    those routes answer 503.
+    those routes answer 503. ``acl``: the tokens (None: no token exists, so nothing can be
+    written); ``anonymous_reads`` defaults to ``acl is None``.
     """
+    metrics = ApiMetrics(registry)
+    if isinstance(acl, TokensFile) and acl.on_reload_failure is None:
+        acl.on_reload_failure = metrics.token_reload_failures.inc
     api = QueryApi(
         reader,
         max_limit=max_limit,
         default_limit=default_limit,
-        acl=acl,
-        metrics=ApiMetrics(registry),
+        access=Access(acl, anonymous_reads=acl is None if anonymous_reads is None else anonymous_reads),
+        metrics=metrics,
         executor_threads=executor_threads,
         request_timeout_s=request_timeout_s,
         content=store is not None,
@@ -382,13 +401,44 @@ def create_app(
     return app
 
 
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address (unresolvable: no)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).partition("%")[0]).is_loopback for info in infos)
+
+
+def tokens_from_settings(settings: Settings) -> tuple[TokensFile, bool]:
+    """The API's tokens and whether it allows anonymous reads (fails early, naming the setting).
+
+    A configured ``api.tokens_file`` is used as is: every ``/v1`` request needs a token. Without
+    one the API may only bind loopback; it then allows anonymous reads and keeps its tokens in
+    ``<data_dir>/api/tokens.json``, created with one admin token (mode 0600) on first start.
+    """
+    api = settings.api
+    if api.tokens_file is not None:
+        return TokensFile(api.tokens_file), False
+    if not is_loopback(api.host):
+        raise ConfigError(
+            f"the query API would listen on {api.host!r}, beyond this machine, with no tokens file: set "
+            "CRAWLSTREAM_API_TOKENS_FILE (create one with `crawlstream tokens add --file PATH`), "
+            "or bind 127.0.0.1 (--api-host)"
+        )
+    path = default_tokens_path(settings.data_dir)
+    if ensure_tokens_file(path):
+        logger.warning("created an admin token for writes and deletes in %s (mode 0600)", path)
+    return TokensFile(path), True
+
+
 def from_settings(settings: Settings, *, registry: CollectorRegistry | None = None) -> web.Application:
     """The app over ``<data_dir>/index`` (and ``<data_dir>/store`` if it exists); what it opens
     is closed on app cleanup."""
     from crawlstream.index import IndexReader
     from crawlstream.store import ContentStore
 
-    acl = Acl.from_file(settings.api.tokens_file) if settings.api.tokens_file is not None else None
+    tokens, anonymous_reads = tokens_from_settings(settings)
     reader = IndexReader.from_settings(settings)
     # The store has one writer per root and opening it repairs torn tails: only open it when
     # no bucket compressor writes there (ApiSettings.serve_content; `crawlstream demo` does).
@@ -397,7 +447,8 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
     app = create_app(
         reader,
         max_limit=settings.api.max_limit,
-        acl=acl,
+        acl=tokens,
+        anonymous_reads=anonymous_reads,
         registry=REGISTRY if registry is None else registry,
         default_limit=settings.api.default_limit,
         executor_threads=settings.api.executor_threads,
@@ -428,16 +479,32 @@ async def _settle(app: web.Application) -> None:
     gc.freeze()
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail at start-up, naming the setting, when the API could not listen where configured."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"the query API cannot listen on {host}:{port} ({exc.strerror}): stop the process that holds "
+                "the port, or choose another with --api-port / CRAWLSTREAM_API_PORT"
+            ) from None
+
+
 def serve(settings: Settings) -> int:
     """Run the API on ``settings.api.host:port`` until SIGINT/SIGTERM (blocking)."""
+    check_port_free(settings.api.host, settings.api.port)
     app = from_settings(settings)
     app.on_startup.append(_settle)
     logger.info(
-        "query API listening on http://%s:%d (index under %s, ACL %s, max_limit %d, content store %s)",
+        "query API listening on http://%s:%d (index under %s, tokens %s, anonymous reads %s, max_limit %d, "
+        "content store %s)",
         settings.api.host,
         settings.api.port,
         settings.data_dir,
-        "on" if settings.api.tokens_file else "off",
+        app[_APP_KEY].access.source,
+        "on" if app[_APP_KEY].access.anonymous_reads else "off",
         settings.api.max_limit,
         "on" if (settings.data_dir / "store").is_dir() else "off",
     )

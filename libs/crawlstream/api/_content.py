@@ -14,10 +14,10 @@ Contract:
 * ``GET /v1/content/search`` reads the store's index only (never a body); at least one of
   ``domain``, ``path_prefix``, ``tag``; pages in URL order with the API's ``limit`` cap.
 * The store is not versioned like the index: these answers carry no ``index_version``.
-* ACL (with a tokens file): the store does not know which dataset a page belongs to, so the
-  content routes need a token that sees every dataset (``"*"``); a dataset-limited token gets
-  a 403 whatever the URL (existence does not leak). ``DELETE`` also needs ``"delete": true``.
-  Without a tokens file everything, deletion included, is open (services/query_api/README.md).
+* Access: the store does not know which dataset a page belongs to, so the content routes need
+  a grant that sees every dataset (a ``"*"`` token, or an anonymous read where those are
+  allowed); a dataset-limited token gets a 403 whatever the URL (existence does not leak).
+  ``DELETE`` needs a token granted ``"delete": true``, always (checked by the middleware).
 * No store configured: every content route is a 503 ``store_unavailable``.
 * Logs carry url_keys and token fingerprints, never URLs or tokens (seed §8).
 """
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
+from crawlstream.api._acl import GRANT_KEY
 from crawlstream.api._inputs import ApiError, format_ts, parse_page, parse_url, query_param, reduce_to_domain
 from crawlstream.errors import ChecksumMismatch, TransientError
 from crawlstream.urls import CanonicalUrl
@@ -110,17 +111,15 @@ class ContentApi:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _ready(self, request: web.Request, *, deleting: bool = False) -> tuple[ContentStore, Grant]:
-        """Authorize (401/403) and return the store (503 when none is configured)."""
-        grant = self.api._grant(request)
+    def _ready(self, request: web.Request) -> tuple[ContentStore, Grant]:
+        """The store (503 when none is configured) for a grant that sees every dataset (403)."""
+        grant: Grant = request[GRANT_KEY]
         if grant.datasets is not None:
             raise ApiError(
                 403,
                 "forbidden",
                 "content is not partitioned by dataset: it needs a token granted every dataset ('*')",
             )
-        if deleting and not grant.delete:
-            raise ApiError(403, "forbidden", "deleting content needs a token granted 'delete': true")
         if self.store is None:
             raise ApiError(
                 503, "store_unavailable", "content store not configured: no <data_dir>/store when the API started"
@@ -194,7 +193,7 @@ class ContentApi:
         return resp
 
     async def delete(self, request: web.Request) -> web.Response:
-        store, grant = self._ready(request, deleting=True)
+        store, grant = self._ready(request)
         canon = parse_url(query_param(request.query, "url"))
 
         def work() -> int | None:

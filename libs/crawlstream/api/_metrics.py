@@ -33,6 +33,11 @@ class ApiMetrics:
             "requests that ended in a 500 (bugs: see the log by request id)",
             registry=registry,
         )
+        self.token_reload_failures = Counter(
+            "crawlstream_api_token_reload_failures",
+            "times the tokens file changed but could not be loaded (the previous tokens stayed in force)",
+            registry=registry,
+        )
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.timeouts = Counter(
             "crawlstream_api_timeouts", "requests whose index work exceeded request_timeout_s", registry=registry

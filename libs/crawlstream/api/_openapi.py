@@ -1,8 +1,9 @@
 """The OpenAPI 3.0 document of the query API (pure: built from the app's parameters).
 
 It is generated from the same limits the handlers enforce (``max_limit``, the id ranges),
-and declares bearer auth only when an ACL is configured, so a property-based client
-(schemathesis) can hold the server to it. The content routes are listed only when a content
+and declares bearer auth on every ``/v1`` operation (optional for reads where anonymous reads
+are allowed; always required for deletes), so a property-based client (schemathesis) can hold
+the server to it. The content routes are listed only when a content
 store is configured (without one they exist but answer 503).
 """
 
@@ -34,14 +35,15 @@ def _response(description: str, schema: str, *, versioned: bool = True) -> dict[
     return out
 
 
-def openapi_document(*, max_limit: int, default_limit: int, secured: bool, content: bool = False) -> dict[str, Any]:
+def openapi_document(
+    *, max_limit: int, default_limit: int, anonymous_reads: bool, content: bool = False
+) -> dict[str, Any]:
     errors = {
         "400": _response("invalid input; `message` says what was expected", "Error"),
         "404": _response("unknown domain or dataset (or not visible to this token)", "Error"),
         "503": _response("no index is loaded yet, or the request timed out", "Error"),
     }
-    if secured:
-        errors["401"] = _response("missing or unknown bearer token", "Error", versioned=False)
+    errors["401"] = _response("missing or unknown bearer token", "Error", versioned=False)
     domain_param = {
         "name": "domain",
         "in": "path",
@@ -102,7 +104,7 @@ def openapi_document(*, max_limit: int, default_limit: int, secured: bool, conte
                     "200": _response("the lookup (datasets may be empty)", "UrlLookup"),
                     "400": errors["400"],
                     "503": errors["503"],
-                    **({"401": errors["401"]} if secured else {}),
+                    "401": errors["401"],
                 },
             }
         },
@@ -139,7 +141,7 @@ def openapi_document(*, max_limit: int, default_limit: int, secured: bool, conte
         },
     }
     if content:
-        paths.update(_content_paths(max_limit=max_limit, default_limit=default_limit, secured=secured))
+        paths.update(_content_paths(max_limit=max_limit, default_limit=default_limit))
     version = {"type": "string", "description": "index version the answer was computed from"}
     schemas: dict[str, Any] = {
         "DatasetCount": {
@@ -259,13 +261,21 @@ def openapi_document(*, max_limit: int, default_limit: int, secured: bool, conte
         "paths": paths,
         "components": {"schemas": schemas},
     }
-    if secured:
-        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-        doc["security"] = [{"bearer": []}]
+    doc["components"]["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "a token of the API's tokens file (README: Tokens); deletes need one granted 'delete'",
+        }
+    }
+    # Reads: a token, or none where anonymous reads are allowed (the empty requirement).
+    doc["security"] = [{"bearer": []}, {}] if anonymous_reads else [{"bearer": []}]
+    if content:
+        doc["paths"]["/v1/content"]["delete"]["security"] = [{"bearer": []}]
     return doc
 
 
-def _content_paths(*, max_limit: int, default_limit: int, secured: bool) -> dict[str, Any]:
+def _content_paths(*, max_limit: int, default_limit: int) -> dict[str, Any]:
     def error(description: str) -> dict[str, Any]:
         return _response(description, "Error", versioned=False)
 
@@ -273,9 +283,8 @@ def _content_paths(*, max_limit: int, default_limit: int, secured: bool) -> dict
         "400": error("invalid input; `message` says what was expected"),
         "503": error("no content store is configured, it cannot be read, or the request timed out"),
     }
-    if secured:
-        common["401"] = error("missing or unknown bearer token")
-        common["403"] = error("the token is limited to some datasets (content needs '*'), or may not delete")
+    common["401"] = error("missing or unknown bearer token (deletes always need one)")
+    common["403"] = error("the token is limited to some datasets (content needs '*'), or may not delete")
     url_param = {
         "name": "url",
         "in": "query",

@@ -31,6 +31,7 @@ _COMMANDS = (
     "_ingest",
     "_index",
     "_serve",
+    "_tokens",
     "_store",
     "_export_warc",
     "_demo",

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from crawlstream.api import serve
+    from crawlstream.api import check_port_free, serve, tokens_from_settings
     from crawlstream.cli._run import run_crawl
     from crawlstream.demoweb import DemoWeb
     from crawlstream.index import IndexBuilder, IndexReader
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise SystemExit("crawlstream demo: --domains and --pages-per-domain must be >= 1")
     if not args.no_serve:
         check_port_free(settings.api.host, settings.api.port)  # before the crawl, not after it
+        tokens, anonymous_reads = tokens_from_settings(settings)
     # The demo web is on loopback, and its robots.txt 5xx / 503 pages would otherwise hold
     # the run for the production back-offs (minutes): cap them so the demo drains promptly.
     settings = dataclasses.replace(
@@ -101,25 +102,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"  curl {base}/v1/domain/<domain>\n"
         f"  curl '{base}/v1/domain/<domain>/datasets/{settings.crawl.dataset_id}/urls?limit=10'\n"
         f"  curl '{base}/v1/url?url=<url>'   curl {base}/openapi.json\n"
+        f"reads are {'open on loopback' if anonymous_reads else 'by token'}; deletes need a token with the delete "
+        f"right: {tokens.path} (crawlstream tokens --help)\n"
     )
     return serve(settings)
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail at start-up, naming the setting, when the API could not listen where configured."""
-    import socket
-
-    from crawlstream.errors import ConfigError
-
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise ConfigError(
-                f"the query API cannot listen on {host}:{port} ({exc.strerror}); another process holds the "
-                "port: stop it, or choose another with --api-port / CRAWLSTREAM_API_PORT (or --no-serve)"
-            ) from None
 
 
 def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict[str, Any]:

@@ -311,7 +311,10 @@ class ApiSettings:
     )
     default_limit: int = setting(100, "`limit` of a page when the request gives none", check=positive)
     tokens_file: Path | None = setting(
-        None, "JSON file {token: [dataset_id, ...] or '*'} enabling per-dataset ACLs (unset: open)"
+        None,
+        "JSON file of bearer tokens and their rights (README: Tokens); every /v1 request then needs a token. "
+        "Unset: reads are open but only on a loopback bind, and writes need the admin token the API creates "
+        "in <data_dir>/api/tokens.json",
     )
     executor_threads: int = setting(
         4,
