@@ -6,10 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA_DIR ?= ./data
 
-.PHONY: run test test-slow bench lint venv kafka clean help
+.PHONY: run test test-slow bench lint venv kafka schema-registry clean help
 
 help:
-	@echo "make run | test | test-slow | bench | lint | kafka | clean"
+	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -37,11 +37,29 @@ $(KAFKA_STAMP): deploy/kafka/pom.xml
 
 kafka: $(KAFKA_STAMP)
 
+# A real Confluent-compatible Schema Registry for tests (Apicurio Registry, its ccompat API):
+# Maven fetches the ready-built Quarkus app pinned in deploy/schema-registry/pom.xml (one
+# 158 MB tar.gz, ~9 s cold) and tar unpacks it into the git-ignored .cache/schema-registry/app
+# (tar, not Maven's unpack, which truncates the archive's long pax file names). Running it
+# needs Java 21+; see docs/decisions/013-schema-registry.md.
+SCHEMA_REGISTRY_DIR   := .cache/schema-registry
+SCHEMA_REGISTRY_STAMP := $(SCHEMA_REGISTRY_DIR)/app/.installed
+$(SCHEMA_REGISTRY_STAMP): deploy/schema-registry/pom.xml
+	@command -v mvn >/dev/null || { echo "mvn not found: apt-get install maven"; exit 1; }
+	rm -rf $(SCHEMA_REGISTRY_DIR)
+	mvn -q -B -f deploy/schema-registry/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(SCHEMA_REGISTRY_DIR)/download
+	mkdir -p $(SCHEMA_REGISTRY_DIR)/app
+	tar xzf $(SCHEMA_REGISTRY_DIR)/download/apicurio-registry-app-*-all.tar.gz -C $(SCHEMA_REGISTRY_DIR)/app
+	rm -rf $(SCHEMA_REGISTRY_DIR)/download
+	@touch $(SCHEMA_REGISTRY_STAMP)
+
+schema-registry: $(SCHEMA_REGISTRY_STAMP)
+
 # The main job: crawl the embedded synthetic web, build the index, print where to query it.
 run: $(STAMP)
 	$(BIN)/crawlstream demo --data-dir $(DATA_DIR)
 
-test: $(STAMP) $(KAFKA_STAMP)
+test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
 
 test-slow: $(STAMP) $(KAFKA_STAMP)
