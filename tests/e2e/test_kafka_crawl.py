@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import re
 import signal
 import subprocess
@@ -626,3 +627,62 @@ def test_a_cluster_outage_makes_every_service_wait_and_resume_without_loss(
         assert_domain_spacing(done.web, done.pages)
         assert done.stored == reference.stored
         assert done.answers == reference.answers
+
+
+KILL_SCHEDULE_SEED = 16
+
+
+@dataclass
+class KillSchedule:
+    """A seeded, repeatable schedule of SIGKILLs: every kind of service once, each at a random
+    point of the crawl (a fraction of its pages), a random member of it, restarted at once
+    (a new process with the same role: its partitions come back after a rebalance)."""
+
+    seed: int
+    kills: list[tuple[float, str, int]] = field(default_factory=list)  # (fraction, service, member)
+
+    def __post_init__(self) -> None:
+        rng = random.Random(self.seed)
+        moments = sorted(rng.uniform(0.1, 0.8) for _ in DEPLOYMENT)
+        services = list(DEPLOYMENT)
+        rng.shuffle(services)
+        self.kills = [(at, name, rng.randrange(DEPLOYMENT[name])) for at, name in zip(moments, services, strict=True)]
+
+    def __call__(
+        self, where: Deployment, processes: list[ServiceProcess]
+    ) -> tuple[list[ServiceProcess], list[ServiceProcess]]:
+        total = len(where.web.reachable_pages())
+        alive = list(processes)
+        victims: list[ServiceProcess] = []
+        added: list[ServiceProcess] = []
+        for n, (at, name, member) in enumerate(self.kills):
+            wait_for_pages(where, alive, int(total * at), f"{at:.0%} of the crawl (kill {n}: {name})")
+            victim = [p for p in alive if p.name == name][member]
+            os.kill(victim.process.pid, signal.SIGKILL)
+            victim.process.wait(10)
+            victim.returncode = victim.process.returncode
+            logger.info("kill %d at %.0f%%: SIGKILL %s pid %d", n, at * 100, name, victim.process.pid)
+            replacement = ServiceProcess.start(name, where.env, victim.log.with_name(f"{name}-restart-{n}.log"))
+            alive[alive.index(victim)] = replacement
+            victims.append(victim)
+            added.append(replacement)
+        return victims, added
+
+
+def test_a_seeded_kill_9_schedule_of_every_service_loses_and_duplicates_nothing_users_see(
+    tmp_path: Path, reference: Reference
+) -> None:
+    """Issue 16: each service SIGKILLed once at a seeded random moment and restarted; the
+    store and every API answer equal the uninterrupted embedded crawl's."""
+    schedule = KillSchedule(KILL_SCHEDULE_SEED)
+    assert {name for _, name, _ in schedule.kills} == set(DEPLOYMENT)
+    fault = MidCrawl(schedule)
+    with crawled(tmp_path, fault, CRAWLSTREAM_SCHEDULER_LEASE_S="3") as done:
+        killed = [(v.name, v.returncode) for v in fault.ended]
+        assert killed == [(name, -signal.SIGKILL) for _, name, _ in schedule.kills]
+        assert {r.url for r in done.pages} == done.web.reachable_pages()
+        assert_no_robots_disallowed_fetch(done.web, done.pages)
+        assert done.stored == reference.stored
+        assert done.answers == reference.answers
+        listed = indexed_urls(done.answers)
+        assert len(listed) == len(set(listed)), "nothing duplicated in what the API answers"
