@@ -16,13 +16,18 @@ try:  # brotli is optional; without it we do not advertise "br"
 except ImportError:  # pragma: no cover - depends on the environment
     _brotli = None
 
-__all__ = ["ACCEPT_ENCODING", "BodyDecoder", "UnsupportedEncoding", "make_decoder"]
+__all__ = ["ACCEPT_ENCODING", "BodyDecoder", "CorruptEncoding", "UnsupportedEncoding", "make_decoder"]
 
 ACCEPT_ENCODING = "gzip, deflate, br" if _brotli is not None else "gzip, deflate"
 
 
 class UnsupportedEncoding(ValueError):
     """The server used a Content-Encoding we did not ask for and cannot decode."""
+
+
+class CorruptEncoding(ValueError):
+    """The body is not valid in its Content-Encoding (brotli's own error stops here; zlib's
+    ``zlib.error`` is left as it is, callers already catch it)."""
 
 
 class BodyDecoder(Protocol):
@@ -110,7 +115,10 @@ class _Brotli:
         if self._drained:
             return b""
         data, self._pending = self._pending, b""
-        out: bytes = self._d.process(data, output_buffer_limit=limit_bytes)
+        try:
+            out: bytes = self._d.process(data, output_buffer_limit=limit_bytes)
+        except _brotli.error as exc:
+            raise CorruptEncoding(f"body is not valid brotli ({exc})") from exc
         if not out:
             self._drained = True
         return out

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 import aiohttp
+from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
-from crawlstream.errors import ConfigError
-from crawlstream.fetch._decode import ACCEPT_ENCODING, UnsupportedEncoding, make_decoder
+from crawlstream.errors import ConfigError, InvalidUrl
+from crawlstream.fetch._decode import ACCEPT_ENCODING, CorruptEncoding, UnsupportedEncoding, make_decoder
 from crawlstream.fetch._guard import BlockedAddress, GuardedResolver, MappedHostMissing, is_public_address
 from crawlstream.fetch._outcome import FetchOutcome, Outcome, kept_headers, media_type, parse_retry_after
 from crawlstream.robots import (
@@ -35,6 +36,7 @@ from crawlstream.robots import (
     origin_of,
     product_token,
 )
+from crawlstream.urls import canonicalize
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
@@ -96,6 +98,8 @@ class Fetcher:
     * ``resolve_map`` / ``resolve_map_only``: host -> (ip, port) overrides; with
       ``resolve_map_only`` every other host fails like NXDOMAIN (the demo never leaks).
     * ``obey_robots``: off only for tests and tools that fetch robots.txt themselves.
+    * ``dns_resolver``: the DNS edge (aiohttp's default resolver when None); the guard
+      filters whatever it answers. Tests pass a fake one.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Fetcher:
         robots_cache_s: float = 86400.0,
         robots_error_backoff_s: float = 300.0,
         dns_cache_s: float = 300.0,
+        dns_resolver: AbstractResolver | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.user_agent = user_agent
@@ -132,6 +137,7 @@ class Fetcher:
         self._obey_robots = obey_robots
         self._robots_error_backoff_s = robots_error_backoff_s
         self._dns_cache_s = dns_cache_s
+        self._dns_resolver = dns_resolver
         self._clock = clock
         self.robots = RobotsCache(ttl_s=robots_cache_s)
         self._robots_locks: dict[str, asyncio.Lock] = {}
@@ -175,7 +181,7 @@ class Fetcher:
         if self._session is None:
             exempt = frozenset({URL(self._proxy).host or ""}) if self._proxy else frozenset()
             self._resolver = GuardedResolver(
-                DefaultResolver(),
+                self._dns_resolver if self._dns_resolver is not None else DefaultResolver(),
                 allow_private_networks=self._allow_private,
                 resolve_map=self._resolve_map,
                 resolve_map_only=self._resolve_map_only,
@@ -282,15 +288,40 @@ class Fetcher:
         raw_host = parsed.raw_host  # .host IDNA-decodes every name: most of this check's CPU
         if parsed.scheme not in ("http", "https") or not raw_host:
             raise _Failure("error", f"expected an absolute http(s) URL, got {url!r}")
-        if self._allow_private or not (raw_host[-1].isdigit() or ":" in raw_host):
+        last_label = raw_host.rstrip(".").rpartition(".")[2]
+        if self._allow_private or not (last_label[-1:].isdigit() or last_label[:2] in ("0x", "0X") or ":" in raw_host):
             return  # allowed, or a name: checked by the resolver after DNS
         host = parsed.host or raw_host  # an IP literal: never IDNA-encoded, .host is cheap
         try:
             ipaddress.ip_address(host.split("%", 1)[0])
+            literal = True
         except ValueError:
-            return  # a name: checked by the resolver after DNS
+            literal = False
+        if not literal:
+            host = self._legacy_ipv4(raw_host)
+            if not host:
+                return  # a name: checked by the resolver after DNS
+            if is_public_address(host):  # aiohttp refuses to connect to such a spelling anyway
+                raise _Failure("error", f"{url!r} spells IPv4 {host} in a legacy form; canonicalize the URL first")
         if not is_public_address(host):
             raise _Failure("blocked_private", f"{host} is not a public address; pass --allow-private-networks to allow")
+
+    @staticmethod
+    def _legacy_ipv4(raw_host: str) -> str:
+        """The address a host ending in a number stands for (2130706433, 0177.0.0.1, 0x7f.1,
+        127.1, trailing dot, percent-escaped or full-width digits), read as browsers and the
+        canonicalizer do; "" for a name. Only canonical URLs reach here from the pipeline,
+        but the resolver (getaddrinfo) would read these forms too, so they are judged here.
+        """
+        try:
+            canonical = canonicalize(f"http://{raw_host}/").host
+        except InvalidUrl as exc:
+            raise _Failure("error", f"host {raw_host!r} is neither a name nor an IPv4 address: {exc}") from exc
+        try:
+            ipaddress.IPv4Address(canonical)
+        except ValueError:
+            return ""
+        return canonical
 
     async def _acheck_proxied_target(self, url: str) -> None:
         """Through a proxy our connector only resolves the proxy, so check the target here.
@@ -308,7 +339,7 @@ class Fetcher:
         except ValueError:
             pass
         try:
-            await self._resolver.resolve(host, 80)
+            await self._resolver.acheck(host, 80)
         except BlockedAddress as exc:
             raise _Failure("blocked_private", str(exc)) from exc
         except OSError as exc:
@@ -335,7 +366,7 @@ class Fetcher:
             raise _Failure("connect_error", f"connect failed: {exc}") from exc
         except TimeoutError as exc:  # aiohttp's timeouts subclass asyncio.TimeoutError == TimeoutError
             raise _Failure("timeout", f"timed out ({exc.__class__.__name__})") from exc
-        except (aiohttp.ClientError, UnsupportedEncoding, zlib.error, OSError) as exc:
+        except (aiohttp.ClientError, UnsupportedEncoding, CorruptEncoding, zlib.error, OSError) as exc:
             raise _Failure("error", f"{exc.__class__.__name__}: {exc}") from exc
 
     async def _aread(self, resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool, bool]:

@@ -29,10 +29,19 @@ class MappedHostMissing(OSError):
 
 
 def is_public_address(ip: str) -> bool:
-    """True for globally routable unicast addresses (IPv4-mapped IPv6 judged as IPv4)."""
-    addr = ipaddress.ip_address(ip.split("%", 1)[0])
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+    """True for globally routable unicast addresses.
+
+    IPv6 forms that carry an IPv4 address are judged by it: IPv4-mapped (``::ffff:a.b.c.d``)
+    and 6to4 (``2002:AABB:CCDD::``, which a 6to4 relay turns into a.b.c.d). IPv4-compatible,
+    NAT64 and Teredo prefixes are not global at all; neither is deprecated site-local fec0::/10.
+    """
+    addr: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.is_site_local:
+            return False
+        embedded = addr.ipv4_mapped or addr.sixtofour
+        if embedded is not None:
+            addr = embedded
     return not (
         addr.is_private
         or addr.is_loopback
@@ -51,7 +60,8 @@ class GuardedResolver(AbstractResolver):
     address and port while the URL and Host header keep the name (how the demo web serves
     many domains from one loopback port). Mapped addresses are checked like any other, so
     loopback demo hosts need ``allow_private_networks=True``. ``exempt_hosts`` (the
-    proxy) are never filtered.
+    proxy) are not filtered when the connector connects to them, but are as a fetch
+    target (``acheck``).
     """
 
     def __init__(
@@ -72,6 +82,17 @@ class GuardedResolver(AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        """The connector's lookup: ``exempt_hosts`` (the proxy) connect unfiltered."""
+        return await self._aresolve(host, port, family, exempt=host.lower().rstrip(".") in self._exempt)
+
+    async def acheck(self, host: str, port: int = 0) -> list[ResolveResult]:
+        """A target's lookup (what a proxy will connect to): no host is exempt, not even the
+        proxy's own name, or ``http://PROXY-HOST/admin`` would reach the proxy's loopback."""
+        return await self._aresolve(host, port, socket.AF_INET, exempt=False)
+
+    async def _aresolve(
+        self, host: str, port: int, family: socket.AddressFamily, *, exempt: bool
+    ) -> list[ResolveResult]:
         key = host.lower().rstrip(".")
         if key in self._map:
             ip, mapped_port = self._map[key]
@@ -85,11 +106,11 @@ class GuardedResolver(AbstractResolver):
                     "flags": socket.AI_NUMERICHOST,
                 }
             ]
-        elif self._map_only and key not in self._exempt:
+        elif self._map_only and key not in self._exempt:  # the proxy's name always resolves
             raise MappedHostMissing(socket.EAI_NONAME, f"{host} is not in the resolver map (resolve_map_only)")
         else:
             results = await self._inner.resolve(host, port, family)
-        if self._allow_private or key in self._exempt:
+        if self._allow_private or exempt:
             return results
         kept = [r for r in results if is_public_address(r["host"])]
         if not kept:

@@ -2,8 +2,12 @@
 
 A domain reaches the file system as ``frontier/<partition>/<hh>/<domain>``, so it is checked
 before any path is built: lowercase LDH labels (letters, digits, inner hyphens; punycode
-``xn--`` labels are LDH), 1-63 characters each, at most 253 in all, no empty label (so no
+``xn--`` labels are LDH), 1-63 characters each, at most 247 in all, no empty label (so no
 ``..``, no leading/trailing dot), hence no slash, backslash, NUL or other separator.
+
+247, not DNS's 253: the compaction file ``<domain>~compact`` must fit the 255-byte file
+name limit of Linux file systems. Registered domains (one label under a public suffix) stay
+far below either limit; only a hand-made name is refused for it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import re
 
 from crawlstream.errors import InvalidDomain
 
-__all__ = ["validate_domain"]
+__all__ = ["COMPACT_SUFFIX", "MAX_DOMAIN_CHARS", "validate_domain"]
+
+COMPACT_SUFFIX = "~compact"  # the frontier store's temporary file is <domain>~compact
+MAX_DOMAIN_CHARS = 255 - len(COMPACT_SUFFIX)  # 255: NAME_MAX of ext4, xfs, btrfs, tmpfs
 
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _DOMAIN_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
@@ -20,10 +27,10 @@ _DOMAIN_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 def validate_domain(domain: str) -> str:
     """Return ``domain`` unchanged if it is safe as a file name, else raise ``InvalidDomain``."""
-    if not isinstance(domain, str) or not 0 < len(domain) <= 253 or not _DOMAIN_RE.fullmatch(domain):
+    if not isinstance(domain, str) or not 0 < len(domain) <= MAX_DOMAIN_CHARS or not _DOMAIN_RE.fullmatch(domain):
         shown = domain[:80] if isinstance(domain, str) else type(domain).__name__
         raise InvalidDomain(
             f"expected a lowercase LDH domain name (labels of a-z, 0-9, inner '-', 1-63 chars, "
-            f"253 chars at most, IDNs as punycode), found {shown!r}; canonicalize the URL first"
+            f"{MAX_DOMAIN_CHARS} chars at most, IDNs as punycode), found {shown!r}; canonicalize the URL first"
         )
     return domain

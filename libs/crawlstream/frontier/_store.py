@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
-from crawlstream.frontier._domains import validate_domain
+from crawlstream.frontier._domains import COMPACT_SUFFIX, validate_domain
 from crawlstream.frontier._records import (
     HEADER_SIZE,
     FrontierEntry,
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 _READ_CHUNK = 16 * 1024
 _SYNC_THREADS = 16
-_TMP_SUFFIX = "~compact"  # '~' is never in a valid domain, so it cannot name another domain's file
+_TMP_SUFFIX = COMPACT_SUFFIX  # '~' is never in a valid domain, so it cannot name another domain's file
 
 
 def _domain_prefix(domain: str) -> str:

@@ -247,7 +247,10 @@ class _Version:
         return self._domains[domain_id].decode()
 
     def domain_id(self, domain: str) -> int | None:
-        key = domain.encode()
+        try:
+            key = domain.encode()
+        except UnicodeEncodeError:
+            return None  # a lone surrogate: every stored domain is valid UTF-8, none can match
         i = bisect.bisect_left(self._domains, key)
         return i if i < self.n_domains and self._domains[i] == key else None
 
