@@ -1,6 +1,12 @@
 """``crawlstream ingest FILE... --dataset-id N``: bulk-import a URL dataset into the lake.
 
-Progress (rows, rate, invalid by reason) goes to stderr; the final JSON summary to stdout.
+Progress (rows, rate, invalid by reason) goes to stderr; the final JSON summary to stdout, in
+which ``rows == valid + invalid`` and ``invalid`` is the sum of ``invalid_by_reason``, for the
+whole run and for each entry of ``files``. Exit codes: 0 imported (rejected rows are counted,
+not an error); 1 an input cannot be read as a whole (checked for every file before any row is
+read, so nothing was imported); 3 imported, but a file was damaged part-way (a truncated
+gzip/zstd stream, a Parquet row group that does not decode): its readable rows are in, the rest
+is counted as ``truncated`` / ``parquet_row_group`` and the file is listed in ``damaged_files``.
 """
 
 from __future__ import annotations
@@ -19,10 +25,20 @@ from crawlstream.lake import LakeWriter
 from crawlstream.settings import Settings
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 
+EXIT_DAMAGED = 3  # imported, but an input was damaged part-way (its readable rows are in)
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "ingest", parents=[common], help="import URL files (text/CSV/JSONL/Parquet, gz/zst) into the lake"
+        "ingest",
+        parents=[common],
+        help="import URL files (text/CSV/JSONL/Parquet, gz/zst) into the lake",
+        epilog=(
+            "Every row is counted: a JSON summary on stdout has rows = valid + invalid, invalid by reason, "
+            "per file; each rejected row goes with its row number and reason to "
+            "<data dir>/rejects/dataset_id=N/<file>.jsonl. Exit status: 0 imported; 1 an input cannot be "
+            "read at all (nothing imported); 3 imported, but a file was damaged part-way (see damaged_files)."
+        ),
     )
     p.add_argument("files", nargs="+", type=Path, metavar="FILE")
     p.add_argument("--dataset-id", type=int, required=True, help="dataset id the rows are recorded under")
@@ -101,4 +117,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
     progress(stats, final=True)
     sys.stdout.write(json.dumps(stats.to_json(), indent=2) + "\n")
+    if stats.damaged:
+        for file in stats.damaged:
+            damage = file.damage or {}
+            sys.stderr.write(f"crawlstream: {file.path} is damaged from row {damage.get('row')}: "
+                             f"{damage.get('error')}\n")
+        return EXIT_DAMAGED
     return 0

@@ -1,9 +1,18 @@
 """Bulk import: files -> canonical URLs -> lake files, counting every rejected row by reason.
 
-Invalid URLs are never dropped silently: each is counted under ``InvalidUrl.reason`` (plus
-``blank`` and ``missing`` for empty lines and rows without the URL field), the first few
-are kept as examples, and all of them are appended with their row number and reason to
+No row is dropped silently: every row the readers produce is either valid (written to the lake)
+or invalid, counted under a reason, so ``rows == valid + sum(invalid.values())`` for every run
+and every file. Reasons: the readers' (``utf8``, ``json_syntax``, ``json_not_object``,
+``url_not_string``, ``csv_syntax``, ``csv_columns``, ``parquet_value``, and the file damage
+``truncated`` / ``parquet_row_group``; see ``_readers``), ``blank`` (an empty line or URL),
+``missing`` (no URL value: an absent JSON field, a JSON or Parquet null) and
+``InvalidUrl.reason`` for URLs that do not canonicalize. The first few per reason are kept as
+examples, and all of them are appended, with their row number, reason and error, to
 ``rejects/dataset_id=<id>/<file name>.jsonl`` under the data dir.
+
+Every input is checked as a whole (``check_input``) before any row is read: a file that cannot
+be read at all stops the import before anything is written. A file damaged part-way keeps its
+readable rows and is listed in ``IngestStats.damaged`` (the command then exits 3).
 """
 
 from __future__ import annotations
@@ -18,14 +27,39 @@ from pathlib import Path
 from typing import IO, Any
 
 from crawlstream.errors import BadDataError, InvalidUrl
-from crawlstream.ingest._readers import iter_batches
+from crawlstream.ingest._readers import FILE_DAMAGE, check_input, iter_batches
 from crawlstream.lake import LakeWriter
 
-__all__ = ["IngestStats", "ingest_files"]
+__all__ = ["FileStats", "IngestStats", "ingest_files"]
 
 logger = logging.getLogger(__name__)
 
 EXAMPLES_PER_REASON = 3
+EXAMPLE_CHARS = 200  # an example is cut to this (the rejects file keeps the whole row)
+
+
+@dataclass
+class FileStats:
+    """One input file's counts: ``rows == valid + sum(invalid.values())``."""
+
+    path: str
+    format: str
+    rows: int = 0
+    valid: int = 0
+    invalid: Counter[str] = field(default_factory=Counter)
+    # The first damage found part-way (reason, row, error), when the file has any.
+    damage: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "rows": self.rows,
+            "valid": self.valid,
+            "invalid": sum(self.invalid.values()),
+            "invalid_by_reason": dict(self.invalid.most_common()),
+            "damage": self.damage,
+        }
 
 
 @dataclass
@@ -40,6 +74,7 @@ class IngestStats:
     files_written: int = 0
     bytes_written: int = 0
     rejects_files: list[str] = field(default_factory=list)
+    files: list[FileStats] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     seconds: float = 0.0
 
@@ -47,6 +82,11 @@ class IngestStats:
     def rows_per_s(self) -> float:
         elapsed = time.perf_counter() - self.started if not self.seconds else self.seconds
         return self.rows / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def damaged(self) -> list[FileStats]:
+        """The input files damaged part-way (their readable rows were imported)."""
+        return [f for f in self.files if f.damage is not None]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +101,8 @@ class IngestStats:
             "lake_files_written": self.files_written,
             "lake_bytes_written": self.bytes_written,
             "rejects_files": self.rejects_files,
+            "files": [f.to_json() for f in self.files],
+            "damaged_files": [f.path for f in self.damaged],
             "seconds": round(self.seconds, 3),
             "rows_per_s": round(self.rows_per_s),
         }
@@ -82,6 +124,8 @@ def ingest_files(
 ) -> IngestStats:
     """Import ``paths`` as dataset ``dataset_id`` through ``writer`` (flushed at the end).
 
+    Every path is checked first (``check_input``): ``BadDataError`` for a file that cannot be
+    read as a whole, before any row of any file is read, published or written.
     ``publish(dataset_id, url, domain, ts_ms, extras_json)`` is called for every valid row
     (``crawlstream ingest`` sends it to ``urls.records``, the replay source), and
     ``published()`` once before the lake files are written: if it raises (the bus did not
@@ -91,14 +135,16 @@ def ingest_files(
 
     if dataset_id < 0 or dataset_id > 2**31 - 1:
         raise BadDataError(f"dataset id must be in 0..2147483647, got {dataset_id}")
+    formats = [check_input(path, fmt=fmt, url_field=url_field) for path in paths]
     stats = IngestStats(dataset_id)
     add = writer.add
-    for path in paths:
-        if not path.is_file():
-            raise BadDataError(f"input file {path} does not exist or is not a file")
+    for path, path_fmt in zip(paths, formats, strict=True):
+        file = FileStats(str(path), path_fmt)
+        stats.files.append(file)
+        rows_before, valid_before = stats.rows, stats.valid
         rejects: IO[str] | None = None
         try:
-            for batch in iter_batches(path, fmt=fmt, url_field=url_field, ts_field=ts_field,
+            for batch in iter_batches(path, fmt=path_fmt, url_field=url_field, ts_field=ts_field,
                                       keep_extras=keep_extras):
                 stats.bad_ts += batch.bad_ts
                 for i, raw in enumerate(batch.urls):
@@ -108,7 +154,7 @@ def ingest_files(
                     if unparsed is not None:
                         reason, error = unparsed
                     elif raw is None:
-                        reason, error = "missing", f"no string field {url_field!r}"
+                        reason, error = "missing", f"no value in {url_field!r} (null)"
                     elif not raw:
                         reason, error = "blank", "empty line or value"
                     else:
@@ -122,23 +168,29 @@ def ingest_files(
                                 publish(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
                             stats.valid += 1
                             continue
+                    row = batch.first_row + i
                     stats.invalid[reason] += 1
+                    file.invalid[reason] += 1
+                    if reason in FILE_DAMAGE and file.damage is None:
+                        file.damage = {"reason": reason, "row": row, "error": error}
+                        logger.error("dataset %d: %s is damaged from row %d (%s): %s", dataset_id, path, row,
+                                     reason, error)
                     ex = stats.examples.setdefault(reason, [])
                     if len(ex) < EXAMPLES_PER_REASON:
-                        ex.append(raw or "")
+                        ex.append((raw or "")[:EXAMPLE_CHARS])
                     if rejects_dir is not None:
                         if rejects is None:
                             rejects_dir.mkdir(parents=True, exist_ok=True)
                             rpath = rejects_dir / f"{path.name}.jsonl"
                             rejects = open(rpath, "a", encoding="utf-8")  # noqa: SIM115 - closed in finally
                             stats.rejects_files.append(str(rpath))
-                        rejects.write(json.dumps({"row": batch.first_row + i, "url": raw,
-                                                  "reason": reason, "error": error}) + "\n")
+                        rejects.write(json.dumps({"row": row, "url": raw, "reason": reason, "error": error}) + "\n")
                 if progress is not None:
                     progress(stats)
         finally:
             if rejects is not None:
                 rejects.close()
+            file.rows, file.valid = stats.rows - rows_before, stats.valid - valid_before
     if published is not None:
         published()
     writer.flush()
