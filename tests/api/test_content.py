@@ -107,6 +107,10 @@ def serve(
 AS_DELETER = {"headers": {"Authorization": "Bearer tok-deleter-klmnopqrs"}}
 
 
+def as_token(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 async def _json(c: Client, method: str, path: str, **kw: Any) -> tuple[int, Any]:
     resp = await c.request(method, path, **kw)
     body = await resp.read()
@@ -518,3 +522,42 @@ def test_schemathesis_with_an_acl_and_a_store_finds_no_server_error(reader: Inde
     failures, statuses = serve(reader, store, go, acl=Acl.from_mapping(ACL_DOC))
     assert failures == []
     assert statuses.get(200, 0) > 0 and statuses.get(401, 0) > 0, statuses  # authorized and not
+
+
+# -- tags ------------------------------------------------------------------------------------
+
+
+def test_tags_are_added_and_removed_through_the_api_and_found_by_search(
+    reader: IndexReader, store: ContentStore, pages: list[tuple[str, bytes]]
+) -> None:
+    url = pages[2][0]
+    messy = url.replace("http://", "HTTP://") + "#frag"  # any spelling of the stored URL
+
+    async def go(c: Client) -> dict[str, Any]:
+        async def put(params: Any, **kw: Any) -> tuple[int, Any]:
+            return await _json(c, "PUT", "/v1/content/tags", params=params, **kw)
+
+        many = [("url", url)] + [("tag", f"t{i}") for i in range(33)]
+        return {
+            "add": await put([("url", messy), ("tag", "keep"), ("tag", "🔖 review")], **AS_DELETER),
+            "search": await _json(c, "GET", "/v1/content/search", params={"tag": "🔖 review"}),
+            "remove": await _json(c, "DELETE", "/v1/content/tags", params={"url": url, "tag": "keep"}, **AS_DELETER),
+            "anonymous": (await put({"url": url, "tag": "x"}))[0],
+            "reader": (await put({"url": url, "tag": "x"}, headers=as_token(READER)))[0],
+            "not stored": (await put({"url": "http://nope.example/", "tag": "x"}, **AS_DELETER))[0],
+            "no tag": (await put({"url": url}, **AS_DELETER))[0],
+            "control char": (await put({"url": url, "tag": "a\nb"}, **AS_DELETER))[0],
+            "too many": (await put(many, **AS_DELETER))[0],
+        }
+
+    answers = serve(reader, store, go)
+    before = {"books", "even"} if "booksamillion" in url else {"news", "even"}
+    status, body = answers["add"]
+    assert status == 200 and body == {"url": url, "tags": sorted(before | {"keep", "🔖 review"})}
+    status, found = answers["search"]
+    assert status == 200 and [i["url"] for i in found["items"]] == [url]
+    assert answers["remove"] == (200, {"url": url, "tags": sorted(before | {"🔖 review"})})
+    assert (answers["anonymous"], answers["reader"], answers["not stored"]) == (401, 403, 404)
+    assert (answers["no tag"], answers["control char"], answers["too many"]) == (400, 400, 400)
+    entry = store.entry(url)
+    assert entry is not None and entry.tags == before | {"🔖 review"}

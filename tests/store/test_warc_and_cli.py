@@ -90,3 +90,20 @@ def test_store_rebuild_index_and_stats(data_dir: Path, capsys: pytest.CaptureFix
     assert main(["store", "stats", "--data-dir", str(data_dir)]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["urls"] == 51 and stats["ratio"] > 2
+
+
+def test_store_tag_adds_and_removes_tags_of_a_stored_page(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with ContentStore(data_dir / "store") as store:
+        url = sorted(e.url for e in store.search(domain="example.com"))[0]
+    common = ["--data-dir", str(data_dir)]
+    messy = url.replace("https://example.com", "HTTPS://EXAMPLE.COM:443")  # any spelling of it
+    assert main(["store", "tag", messy, "gold", "🔖", *common]) == 0
+    assert "gold" in json.loads(capsys.readouterr().out)["tags"]
+    assert main(["store", "tag", url, "gold", "--remove", *common]) == 0
+    assert "gold" not in json.loads(capsys.readouterr().out)["tags"]
+    assert main(["store", "tag", "http://never.example.org/", "x", *common]) == 1
+    assert main(["store", "tag", url, "bad\ttag", *common]) == 1
+    with ContentStore(data_dir / "store") as store:
+        entry = store.entry(url)
+        assert entry is not None and "🔖" in entry.tags and "gold" not in entry.tags
+        assert [e.url for e in store.search(tag="🔖")] == [url]

@@ -13,6 +13,10 @@ Contract:
 * ``DELETE /v1/content?url=`` tombstones the URL (204; effective for the next request) or 404.
 * ``GET /v1/content/search`` reads the store's index only (never a body); at least one of
   ``domain``, ``path_prefix``, ``tag``; pages in URL order with the API's ``limit`` cap.
+* ``PUT`` / ``DELETE /v1/content/tags?url=&tag=...`` add / remove tags of a stored page (1 to
+  ``MAX_TAGS_PER_REQUEST`` tags of printable characters, each at most ``MAX_TAG_CHARS``) and
+  answer the page's tags after the change; 404 if the URL is not stored. Writes: they need a
+  token with the write (``delete``) right like every write.
 * The store is not versioned like the index: these answers carry no ``index_version``.
 * Access: the store does not know which dataset a page belongs to, so the content routes need
   a grant that sees every dataset (a ``"*"`` token, or an anonymous read where those are
@@ -44,7 +48,14 @@ if TYPE_CHECKING:
     from crawlstream.api._app import QueryApi
     from crawlstream.store import ContentStore, Entry
 
-__all__ = ["CONTENT_HASH_HEADER", "FETCHED_AT_HEADER", "URL_KEY_HEADER", "ContentApi", "add_content_routes"]
+__all__ = [
+    "CONTENT_HASH_HEADER",
+    "FETCHED_AT_HEADER",
+    "MAX_TAGS_PER_REQUEST",
+    "URL_KEY_HEADER",
+    "ContentApi",
+    "add_content_routes",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +68,7 @@ FETCHED_AT_HEADER = "X-Fetched-At"
 MAX_PATH_PREFIX_CHARS = 256
 MAX_TAG_CHARS = 128
 MAX_DOMAIN_CHARS = 253
+MAX_TAGS_PER_REQUEST = 32
 _FALLBACK_TYPE = "application/octet-stream"
 # A stored content type is echoed only if it is a plain `type/subtype[; params]` of visible
 # ASCII: anything else (CR/LF, non-ASCII) could split or corrupt the response headers.
@@ -93,6 +105,21 @@ def _text_filter(query: object, name: str, max_chars: int) -> str | None:
             400, f"invalid_{name}", f"expected {name} of at most {max_chars} printable characters, found {len(raw)}"
         )
     return raw
+
+
+def _tags(query: Any) -> list[str]:
+    """The ``tag`` parameters of a tag change: 1..MAX_TAGS_PER_REQUEST printable strings."""
+    tags = query.getall("tag", [])
+    if not 1 <= len(tags) <= MAX_TAGS_PER_REQUEST:
+        raise ApiError(400, "invalid_tag", f"expected 1 to {MAX_TAGS_PER_REQUEST} tag= parameters, found {len(tags)}")
+    for tag in tags:
+        if not tag or len(tag) > MAX_TAG_CHARS or any(ord(c) < 0x20 or c == "\x7f" for c in tag):
+            raise ApiError(
+                400,
+                "invalid_tag",
+                f"expected each tag to be 1 to {MAX_TAG_CHARS} printable characters, found {tag[:80]!r}",
+            )
+    return tags
 
 
 class ContentApi:
@@ -244,6 +271,33 @@ class ContentApi:
         return web.Response(body=await self._call(work), content_type="application/json")
 
 
+    async def _change_tags(self, request: web.Request, *, add: bool) -> web.Response:
+        store, grant = self._ready(request)
+        canon = parse_url(query_param(request.query, "url"))
+        tags = _tags(request.query)
+
+        def work() -> list[str] | None:
+            try:
+                (store.tag if add else store.untag)(canon.url, *tags)
+            except KeyError:  # not stored (or deleted meanwhile)
+                return None
+            entry = store.entry(canon.url)
+            return sorted(entry.tags) if entry is not None else None
+
+        now = await self._call(work)
+        if now is None:
+            raise self._not_stored(canon)
+        logger.info("%s %d tags (token %s)", "added" if add else "removed", len(tags), grant.fingerprint)
+        body = json.dumps({"url": canon.url, "tags": now}, separators=(",", ":")).encode()
+        return web.Response(body=body, content_type="application/json")
+
+    async def add_tags(self, request: web.Request) -> web.Response:
+        return await self._change_tags(request, add=True)
+
+    async def remove_tags(self, request: web.Request) -> web.Response:
+        return await self._change_tags(request, add=False)
+
+
 def add_content_routes(
     app: web.Application, api: QueryApi, store: ContentStore | None, registry: CollectorRegistry
 ) -> ContentApi:
@@ -251,4 +305,6 @@ def add_content_routes(
     app.router.add_get("/v1/content", content.read)
     app.router.add_delete("/v1/content", content.delete)
     app.router.add_get("/v1/content/search", content.search)
+    app.router.add_put("/v1/content/tags", content.add_tags)
+    app.router.add_delete("/v1/content/tags", content.remove_tags)
     return content

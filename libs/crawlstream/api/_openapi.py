@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlstream.api._content import MAX_DOMAIN_CHARS, MAX_PATH_PREFIX_CHARS, MAX_TAG_CHARS
+from crawlstream.api._content import MAX_DOMAIN_CHARS, MAX_PATH_PREFIX_CHARS, MAX_TAG_CHARS, MAX_TAGS_PER_REQUEST
 from crawlstream.api._inputs import MAX_DATASET_ID, MAX_OFFSET
 
 __all__ = ["openapi_document"]
@@ -222,6 +222,14 @@ def openapi_document(
                 "tags": {"type": "array", "items": {"type": "string"}},
             },
         },
+        "ContentTags": {
+            "type": "object",
+            "required": ["url", "tags"],
+            "properties": {
+                "url": {"type": "string", "description": "canonical form"},
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "the tags after the change"},
+            },
+        },
         "ContentPage": {
             "type": "object",
             "required": ["filters", "total", "items", "next_offset"],
@@ -270,8 +278,9 @@ def openapi_document(
     }
     # Reads: a token, or none where anonymous reads are allowed (the empty requirement).
     doc["security"] = [{"bearer": []}, {}] if anonymous_reads else [{"bearer": []}]
-    if content:
-        doc["paths"]["/v1/content"]["delete"]["security"] = [{"bearer": []}]
+    if content:  # writes need a token, always
+        for path, method in (("/v1/content", "delete"), ("/v1/content/tags", "put"), ("/v1/content/tags", "delete")):
+            doc["paths"][path][method]["security"] = [{"bearer": []}]
     return doc
 
 
@@ -291,6 +300,25 @@ def _content_paths(*, max_limit: int, default_limit: int) -> dict[str, Any]:
         "required": True,
         "description": "an absolute http(s) URL; canonicalized as the store does",
         "schema": {"type": "string", "minLength": 1},
+    }
+    tag_param = {
+        "name": "tag",
+        "in": "query",
+        "required": True,
+        "description": "a tag; repeat the parameter for several",
+        "style": "form",
+        "explode": True,
+        "schema": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_TAGS_PER_REQUEST,
+            "items": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_TAG_CHARS,
+                "pattern": "^[^\\x00-\\x1f\\x7f]+$",
+            },
+        },
     }
     text = {"type": "string", "description": "stored value"}
     body_headers = {
@@ -370,5 +398,18 @@ def _content_paths(*, max_limit: int, default_limit: int) -> dict[str, Any]:
                 ],
                 "responses": {"200": _response("one page of matches", "ContentPage", versioned=False), **common},
             }
+        },
+        "/v1/content/tags": {
+            method: {
+                "operationId": f"{verb}ContentTags",
+                "summary": f"{verb.capitalize()} tags of a stored page (a write: needs a token with the delete right)",
+                "parameters": [url_param, tag_param],
+                "responses": {
+                    "200": _response("the page's tags after the change", "ContentTags", versioned=False),
+                    "404": error("no content is stored for this URL"),
+                    **common,
+                },
+            }
+            for method, verb in (("put", "add"), ("delete", "remove"))
         },
     }

@@ -1,4 +1,4 @@
-"""``crawlstream store verify | rebuild-index | stats``: integrity and repair of the content store."""
+"""``crawlstream store verify | rebuild-index | stats | tag``: integrity, repair and tags of the content store."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     rebuild.set_defaults(func=run_rebuild)
     stats = actions.add_parser("stats", parents=[common], help="print counts, sizes and the compression ratio as JSON")
     stats.set_defaults(func=run_stats)
+    tag = actions.add_parser(
+        "tag", parents=[common], help="add (or with --remove, remove) tags of a stored page; prints its tags"
+    )
+    tag.add_argument("url", help="the page's URL (any spelling of it)")
+    tag.add_argument("tags", nargs="+", metavar="TAG", help="tags to add or remove")
+    tag.add_argument("--remove", action="store_true", help="remove the tags instead of adding them")
+    tag.set_defaults(func=run_tag)
 
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
@@ -54,4 +61,22 @@ def run_stats(args: argparse.Namespace, settings: Settings) -> int:
         st = store.stats()
     out = asdict(st) | {"stored_bytes": st.stored_bytes, "ratio": round(st.ratio, 3)}
     sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+def run_tag(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.errors import BadDataError
+
+    bad = [t for t in args.tags if not t or any(ord(c) < 0x20 or c == "\x7f" for c in t)]
+    if bad:
+        raise BadDataError(f"tags must be non-empty printable text, found {bad[0]!r}")
+    with ContentStore.from_settings(settings) as store:
+        try:
+            (store.untag if args.remove else store.tag)(args.url, *args.tags)
+        except KeyError:
+            sys.stderr.write(f"crawlstream store tag: {args.url} is not stored\n")
+            return 1
+        entry = store.entry(args.url)
+        assert entry is not None
+        sys.stdout.write(json.dumps({"url": entry.url, "tags": sorted(entry.tags)}) + "\n")
     return 0
