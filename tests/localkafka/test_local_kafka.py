@@ -112,3 +112,13 @@ def test_missing_jars_name_the_make_target(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="make kafka"):
         find_kafka_libs(tmp_path)
     assert find_kafka_libs().name == "libs"
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The storage tool reads a leading "-" as an option (1 format in 64 failed that way)."""
+    import uuid
+
+    dash_first = uuid.UUID(bytes=b"\xf8" + bytes(15))  # base64 of 0xf8... starts with "-"
+    draws = iter([dash_first, uuid.UUID(int=1)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    assert LocalKafka._random_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAQ"

@@ -338,8 +338,13 @@ class LocalKafka:
     @staticmethod
     def _random_cluster_id() -> str:
         """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as
-        ``kafka-storage random-uuid`` prints), without starting a JVM for it."""
-        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        ``kafka-storage random-uuid`` prints), without starting a JVM for it. Like Kafka's own
+        ``Uuid.randomUuid`` it never starts with "-": the storage tool would read such an id
+        as an option (seen once in 64 formats: "argument --cluster-id: expected one argument")."""
+        while True:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not cluster_id.startswith("-"):
+                return cluster_id
 
     def _configure(self, node: _Node) -> None:
         n = self.brokers
