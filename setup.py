@@ -13,5 +13,8 @@ setup(
     # schemas/ is the published contract (Avro + test vectors); it ships inside the
     # package as crawlstream.schemas so an installed service finds it without the repo.
     package_dir={"": "libs", "crawlstream.services": "services", "crawlstream.schemas": "schemas"},
-    package_data={"crawlstream": ["py.typed"], "crawlstream.schemas": ["*.avsc", "*.json", "test-vectors/*.json"]},
+    package_data={
+        "crawlstream": ["py.typed"],
+        "crawlstream.schemas": ["*.avsc", "*.json", "history/*.avsc", "test-vectors/*.json"],
+    },
 )

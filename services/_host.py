@@ -27,7 +27,7 @@ from crawlstream.bus._factory import open_bus
 from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, EventProducer
 from crawlstream.redisconn import RedisHandle, open_redis
-from crawlstream.runtime import EventHandler, Flushable, ServiceLoop
+from crawlstream.runtime import EventHandler, Flushable, Heartbeat, ServiceLoop
 from crawlstream.settings import Settings
 
 __all__ = ["Host", "Runnable", "open_host", "run_standalone"]
@@ -57,6 +57,7 @@ class Host:
     registry: CollectorRegistry
     stop_event: threading.Event
     _redis_factory: Callable[[], RedisHandle]
+    heartbeat: Heartbeat = field(default_factory=lambda: Heartbeat(None))
     _redis: RedisHandle | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -102,6 +103,7 @@ class Host:
             commit_interval_s=bus.commit_interval_s,
             registry=self.registry,
             stop_event=self.stop_event,
+            heartbeat=self.heartbeat.beat,
         )
 
     def event_producer(self) -> EventProducer:
@@ -120,8 +122,11 @@ class Host:
 
 
 @contextmanager
-def open_host(settings: Settings, *, stop_event: threading.Event | None = None) -> Iterator[Host]:
-    """Open the bus (creating the topics) and the lazy Redis of ``settings``; close them after."""
+def open_host(
+    settings: Settings, *, stop_event: threading.Event | None = None, heartbeat: Heartbeat | None = None
+) -> Iterator[Host]:
+    """Open the bus (creating the topics) and the lazy Redis of ``settings``; close them after.
+    ``heartbeat``: what the host's service loops beat (none by default)."""
     from crawlstream.topics import ALL_TOPICS
 
     with ExitStack() as stack:
@@ -135,6 +140,7 @@ def open_host(settings: Settings, *, stop_event: threading.Event | None = None) 
             registry=CollectorRegistry(),
             stop_event=stop_event or threading.Event(),
             _redis_factory=lambda: open_redis(settings.redis_url, settings.data_dir),
+            heartbeat=heartbeat or Heartbeat(None),
         )
         stack.callback(host.close)
         yield host
@@ -160,7 +166,8 @@ def run_standalone(
     retries) does not end the process: the service is closed without committing, as a crash
     would leave it, and built again on a fresh host after a back-off (1 s doubling to
     ``max_backoff_s``), so it resumes from its last commit once the cluster is back. Bad
-    configuration and bugs still end it.
+    configuration and bugs still end it. ``settings.heartbeat_file`` is touched by the
+    service's loop, and while waiting out an outage (the process is healthy then).
     """
     stop = threading.Event()
     current: list[Runnable] = []
@@ -171,11 +178,27 @@ def run_standalone(
             service.stop()
 
     install_stop_signals(on_signal)
+    heartbeat = Heartbeat(settings.heartbeat_file)
+    heartbeat.start()
+    try:
+        return _run_until_stopped(settings, build, stop, current, heartbeat, max_backoff_s)
+    finally:
+        heartbeat.stop()
+
+
+def _run_until_stopped(
+    settings: Settings,
+    build: Callable[[Host], Runnable],
+    stop: threading.Event,
+    current: list[Runnable],
+    heartbeat: Heartbeat,
+    max_backoff_s: float,
+) -> int:
     backoff_s = min(1.0, max_backoff_s)
     while True:
         started = time.monotonic()
         try:
-            with open_host(settings, stop_event=stop) as host:
+            with open_host(settings, stop_event=stop, heartbeat=heartbeat) as host:
                 service = build(host)
                 current.append(service)
                 try:
@@ -197,6 +220,8 @@ def run_standalone(
                 exc,
                 backoff_s,
             )
+            heartbeat.beat()
             if stop.wait(backoff_s):
                 return 0
+            heartbeat.beat()
             backoff_s = min(backoff_s * 2, max_backoff_s)

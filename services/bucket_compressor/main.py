@@ -1,9 +1,13 @@
 """Bucket compressor wiring: consume ``fetch.results``, store each body, emit ``content.stored``.
 
 Only ``outcome == "ok"`` results with a non-empty body are stored (2xx; a truncated body
-is stored too, tagged ``truncated``). Error pages, redirects and failures are not: the
-store keeps one live body per URL, so a transient 503 page would replace the good copy,
-and the lake downstream answers "which URLs does this crawl hold", which error pages are not.
+is stored too, tagged ``truncated``). A page's robots directives (``<meta name=robots>``,
+``X-Robots-Tag``; ``crawl.obey_robots_directives``) tag it ``noindex`` / ``nofollow`` in the
+store and travel on ``content.stored`` as ``robots_directives`` (directive -> source): the
+parquet sink keeps ``noindex`` pages out of the lake, hence out of the URL index. Error
+pages, redirects and failures are not stored: the store keeps one live body per URL, so a
+transient 503 page would replace the good copy, and the lake downstream answers "which
+URLs does this crawl hold", which error pages are not.
 
 Order within one loop iteration (do not reorder: it is the at-least-once guarantee):
 
@@ -14,6 +18,11 @@ Order within one loop iteration (do not reorder: it is the at-least-once guarant
 3. ``end_batch``: only then queue the ``ContentStored`` events;
 4. the loop flushes the producer and commits. A crash before 4 replays the batch: the
    puts are no-ops and the events are sent again (sinks are idempotent).
+
+Store maintenance runs beside the loop (``StoreMaintainer``, a background thread): every
+``store.maintenance_interval_s`` one bounded step moves the oldest pages due for a deeper
+tier (``store.warm_after_s`` …) or compacts segments with dead space (ADR 018). Events
+already sent keep the location they were stored at; readers look pages up by URL.
 """
 
 from __future__ import annotations
@@ -28,20 +37,19 @@ from selectolax.lexbor import LexborHTMLParser
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.errors import BadDataError
 from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
-from crawlstream.links import decode_html
+from crawlstream.links import DEFAULT_AGENT_TOKEN, RobotsDirectives, decode_html, document_head, page_directives
+from crawlstream.robots import product_token
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreMaintainer
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 
 GROUP = "crawlstream.bucket-compressor"
 TOPICS = (FETCH_RESULTS,)
 TITLE_MAX_CHARS = 512
-_HEAD_SCAN_BYTES = 64 * 1024
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _HTML_SNIFF = re.compile(rb"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head)\b", re.I | re.S)
-_HEAD_END = re.compile(rb"</head\s*>", re.I)
 _SPACES = re.compile(r"\s+")
 
 logger = logging.getLogger(__name__)
@@ -60,9 +68,7 @@ def extract_title(body: bytes, content_type: str | None) -> str | None:
     Parses only the document head (up to ``</head>`` or 64 KiB): the title is there, and
     parsing a 5 MB body for it would cost more than storing it.
     """
-    end = _HEAD_END.search(body, 0, _HEAD_SCAN_BYTES)
-    head = body[: end.end()] if end else body[:_HEAD_SCAN_BYTES]
-    node = LexborHTMLParser(decode_html(head, content_type)).css_first("title")
+    node = LexborHTMLParser(decode_html(document_head(body), content_type)).css_first("title")
     if node is None:
         return None
     title = _SPACES.sub(" ", node.text(deep=True)).strip()
@@ -84,10 +90,14 @@ class CompressHandler(EventHandler):
         out: EventProducer,
         *,
         max_body_bytes: int,
+        agent: str = DEFAULT_AGENT_TOKEN,
+        obey_directives: bool = True,
     ) -> None:
         self._store = store
         self._out = out
         self._max_body_bytes = max_body_bytes
+        self._agent = agent
+        self._obey_directives = obey_directives
         self._decompressor = zstandard.ZstdDecompressor()
         self._pending: list[_Stored] = []
         self.stored = 0
@@ -98,7 +108,21 @@ class CompressHandler(EventHandler):
             self.skipped += 1
             return
         body = self._decompress(event, message)
-        title = extract_title(body, event.content_type) if is_html(event.content_type, body) else None
+        html = is_html(event.content_type, body)
+        title = extract_title(body, event.content_type) if html else None
+        directives = (
+            page_directives(
+                body,
+                content_type=event.content_type,
+                x_robots_tag=event.headers.get("x-robots-tag"),
+                agent=self._agent,
+                html=html,
+            )
+            if self._obey_directives
+            else RobotsDirectives()
+        )
+        recorded = directives.as_map()
+        tags = sorted(recorded) + (["truncated"] if event.truncated else [])
         # InvalidUrl (a BadDataError) dead-letters the message: the store canonicalizes.
         location = self._store.put(
             event.url,
@@ -107,7 +131,7 @@ class CompressHandler(EventHandler):
             title=title,
             status=event.status,
             fetched_at_ms=event.fetched_at_ms,
-            tags=("truncated",) if event.truncated else (),
+            tags=tags,
         )
         entry = self._store.entry(event.url)
         assert entry is not None, "a put entry is readable at once"
@@ -126,6 +150,7 @@ class CompressHandler(EventHandler):
             content_type=event.content_type,
             title=title,
             dataset_id=event.dataset_id,
+            robots_directives=recorded,
         )
         self._pending.append(_Stored(stored, message))
 
@@ -170,9 +195,27 @@ def build(host: Host) -> LoopService:
     settings = host.settings
     store = ContentStore.from_settings(settings)
     out = host.event_producer()
-    handler = CompressHandler(store, out, max_body_bytes=settings.fetch.max_body_bytes)
+    handler = CompressHandler(
+        store,
+        out,
+        max_body_bytes=settings.fetch.max_body_bytes,
+        agent=product_token(settings.fetch.user_agent),
+        obey_directives=settings.crawl.obey_robots_directives,
+    )
     loop = host.service_loop("bucket-compressor", GROUP, TOPICS, handler, producers=[out], batch_size=256)
-    return LoopService(loop, handler, on_close=store.close)
+    # Store maintenance (tiering by age, compaction) runs beside the loop on its own thread, one
+    # bounded step every store.maintenance_interval_s; it blocks puts only while a step swaps
+    # its batch in. Closing cancels a step in progress first, then closes the store.
+    maintainer = StoreMaintainer.from_settings(store, settings)
+
+    def close() -> None:
+        if maintainer is not None:
+            maintainer.stop()
+        store.close()
+
+    if maintainer is not None:
+        maintainer.start()
+    return LoopService(loop, handler, on_close=close)
 
 
 def run(settings: Settings) -> int:

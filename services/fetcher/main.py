@@ -4,6 +4,9 @@ Every request produces exactly one result, whatever happened (ok, HTTP error, ti
 failure, robots disallowed, blocked address, redirect): the scheduler needs it to release
 the domain's slot. The exception is a request replayed after a crash or a rebalance whose
 result the scheduler already has (``ReplayFence``): fetching it again would be impolite.
+A request whose domain the operator excluded after it was released (``crawlstream exclude``;
+the excluded set is re-read once per batch when it changed) is not fetched: its result, outcome
+``excluded``, tells the scheduler to park the URL until the domain is included again.
 Redirects are reported, not followed; the link extractor sends the location back through
 dedupe. Each result is sent as soon as its fetch ends (the next request of that domain waits
 on it); an offset is committed only after its result and every earlier one of its partition
@@ -16,14 +19,16 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 import zstandard
 
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
-from crawlstream.politeness import ReplayFence
+from crawlstream.politeness import ExcludedDomains, ReplayFence
+from crawlstream.robots import ImportedRobots, ImportedRobotsTxt
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
@@ -57,6 +62,7 @@ def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandar
         dataset_id=request.dataset_id,
         retry_after_s=outcome.retry_after_s,
         crawl_delay_s=outcome.crawl_delay_s,
+        robots_sitemaps=list(outcome.robots_sitemaps) if outcome.robots_sitemaps is not None else None,
     )
 
 
@@ -75,13 +81,15 @@ class FetchHandler(EventHandler):
         concurrency: int,
         wait_s: float = 0.2,
         fence: ReplayFence | None = None,
+        excluded: ExcludedDomains | None = None,
     ) -> None:
         self._fetcher = fetcher
         self._out = out
         self._concurrency = concurrency
         self._wait_s = wait_s
         self._fence = fence
-        self._suspects: list[_Started] = []  # possibly replayed: checked against the scheduler first
+        self._excluded = excluded
+        self._batch: list[_Started] = []  # handled, not started: checked at the end of the batch
         self._compressor = zstandard.ZstdCompressor(level=3)
         self._done: queue.SimpleQueue[_Started] = queue.SimpleQueue()
         self._started: dict[TopicPartition, dict[int, _Started]] = {}  # not yet sent, by offset
@@ -91,6 +99,7 @@ class FetchHandler(EventHandler):
         self._aio_thread.start()
         self.fetched = 0
         self.skipped = 0  # replayed requests not fetched again (see ReplayFence)
+        self.excluded = 0  # requests of domains excluded after their release: not fetched
 
     def room(self, batch_size: int) -> int:
         return max(0, min(batch_size, self._concurrency - self._count))
@@ -99,10 +108,40 @@ class FetchHandler(EventHandler):
         started = _Started(message.topic_partition, message.offset, event)
         self._started.setdefault(started.tp, {})[started.offset] = started
         self._count += 1
-        if self._fence is not None and self._fence.suspect(started.tp, event.requested_at_ms):
-            self._suspects.append(started)
-        else:
-            self._start(started)
+        self._batch.append(started)
+
+    def _start_batch(self) -> None:
+        """Start the batch's fetches, but for excluded domains and closed replays. Steps: 1. one
+        read of the excluded set (a GET when it did not change), 2. one round trip for the
+        possible replays (none in steady state), 3. start the rest."""
+        batch = [s for s in self._batch if not s.dropped]
+        self._batch.clear()
+        excluded = self._excluded.current() if self._excluded is not None else frozenset()  # 1.
+        suspects: list[_Started] = []
+        for started in batch:
+            if started.request.domain in excluded:
+                self._send_excluded(started)
+            elif self._fence is not None and self._fence.suspect(started.tp, started.request.requested_at_ms):
+                suspects.append(started)
+            else:
+                self._start(started)  # 3.
+        if suspects:
+            self._start_suspects(suspects)  # 2. and 3.
+
+    def _send_excluded(self, started: _Started) -> None:
+        request = started.request
+        outcome = FetchOutcome(
+            url=request.url,
+            final_url=request.url,
+            status=0,
+            outcome="excluded",
+            error="domain excluded by the operator",
+            attempt=request.attempt,
+            fetched_at_ms=int(time.time() * 1000),
+        )
+        self._out.send(FETCH_RESULTS, to_result(request, outcome, self._compressor))
+        self._retire(started)
+        self.excluded += 1
 
     def _start(self, started: _Started) -> None:
         request = started.request
@@ -110,11 +149,9 @@ class FetchHandler(EventHandler):
         started.future = future
         future.add_done_callback(lambda _f: self._done.put(started))
 
-    def _start_suspects(self) -> None:
+    def _start_suspects(self, suspects: list[_Started]) -> None:
         """Fetch the possibly replayed requests still in flight at the scheduler; drop the rest."""
         assert self._fence is not None
-        suspects = [s for s in self._suspects if not s.dropped]
-        self._suspects.clear()
         keep = self._fence.keep([(s.request.domain, s.request.url) for s in suspects])
         for started, fetch in zip(suspects, keep, strict=True):
             if fetch:
@@ -133,8 +170,8 @@ class FetchHandler(EventHandler):
             self._fence.assigned(partitions)
 
     def end_batch(self) -> None:
-        if self._suspects:
-            self._start_suspects()
+        if self._batch:
+            self._start_batch()
         # At full capacity nothing new can start: wait for a slot (bounded, so stop is seen).
         self._send_done(wait_s=self._wait_s if self._count >= self._concurrency else 0.0)
 
@@ -144,6 +181,8 @@ class FetchHandler(EventHandler):
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         # Finish the revoked partitions' fetches so their offsets can be committed now.
         revoked = set(partitions)
+        if self._batch:
+            self._start_batch()
         while any(self._started.get(tp) for tp in revoked):
             self._send_done(wait_s=self._wait_s)
 
@@ -208,15 +247,33 @@ def replay_fence(host: Host, out: EventProducer) -> ReplayFence | None:
     )
 
 
+def excluded_domains(host: Host) -> ExcludedDomains | None:
+    """The operator's excluded set when this process reaches the scheduler's Redis (as the fence)."""
+    settings = host.settings
+    if settings.kafka_bootstrap_servers is not None and settings.redis_url is None:
+        return None
+    return ExcludedDomains(lambda: host.redis)
+
+
+def imported_robots(host: Host) -> Callable[[str], ImportedRobotsTxt | None] | None:
+    """robots.txt bodies imported by ``crawlstream migrate`` when this process reaches the
+    scheduler's Redis (as the fence)."""
+    settings = host.settings
+    if settings.kafka_bootstrap_servers is not None and settings.redis_url is None:
+        return None
+    return ImportedRobots(lambda: host.redis).lookup
+
+
 def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) -> LoopService:
     settings = host.settings
     out = host.event_producer()
     handler = FetchHandler(
-        Fetcher.from_settings(settings, resolve_map=resolve_map),
+        Fetcher.from_settings(settings, resolve_map=resolve_map, imported_robots=imported_robots(host)),
         out,
         settings.fetch.concurrency,
         wait_s=min(settings.bus.poll_timeout_s, 0.2),
         fence=replay_fence(host, out),
+        excluded=excluded_domains(host),
     )
     loop = host.service_loop(
         "fetcher",

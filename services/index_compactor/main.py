@@ -12,6 +12,8 @@ No topic: the lake directory is the input. One iteration (``run_once``):
 
 The builder takes a file lock, so a concurrent ``crawlstream index build`` waits rather than
 racing. A storage error is logged and retried at the next tick; anything else propagates.
+Standalone, ``settings.heartbeat_file`` is touched before and after each tick (its age is at
+most one interval or one build, whichever is longer: the liveness probe allows for both).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from crawlstream.errors import TransientError
 from crawlstream.index import BuildResult, IndexBuilder, read_manifest
 from crawlstream.lake import list_lake_files
+from crawlstream.runtime import Heartbeat
 from crawlstream.services._host import Host, install_stop_signals
 from crawlstream.settings import Settings
 
@@ -56,8 +60,10 @@ class IndexCompactor:
         interval_s: float,
         compact_min_files: int,
         stop_event: threading.Event | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self._builder = builder
+        self._heartbeat = heartbeat or (lambda: None)
         self._interval_s = interval_s
         self._compact_min_files = compact_min_files
         self._stop = stop_event or threading.Event()
@@ -82,10 +88,12 @@ class IndexCompactor:
     def run(self) -> None:
         logger.info("index-compactor: building every %.1fs under %s", self._interval_s, self._builder.root)
         while not self._stop.is_set():
+            self._heartbeat()
             try:
                 self.run_once()
             except TransientError as exc:
                 logger.error("index-compactor: tick failed, retrying in %.1fs: %s", self._interval_s, exc)
+            self._heartbeat()
             self._stop.wait(self._interval_s)
         logger.info("index-compactor: stopped")
 
@@ -96,12 +104,15 @@ class IndexCompactor:
         """Nothing to release: every tick's work is on disk when it returns."""
 
 
-def from_settings(settings: Settings, stop_event: threading.Event | None = None) -> IndexCompactor:
+def from_settings(
+    settings: Settings, stop_event: threading.Event | None = None, heartbeat: Callable[[], None] | None = None
+) -> IndexCompactor:
     return IndexCompactor(
         IndexBuilder.from_settings(settings),
         interval_s=settings.index.build_interval_s,
         compact_min_files=settings.index.compact_min_files,
         stop_event=stop_event,
+        heartbeat=heartbeat,
     )
 
 
@@ -112,10 +123,13 @@ def build(host: Host) -> IndexCompactor:
 def run(settings: Settings) -> int:
     """``crawlstream service index-compactor``: needs only the data dir (no bus, no Redis),
     so it runs beside an embedded-bus process, which holds the bus directory's lock."""
-    compactor = from_settings(settings)
+    heartbeat = Heartbeat(settings.heartbeat_file, min_interval_s=0.0)
+    heartbeat.start()
+    compactor = from_settings(settings, heartbeat=heartbeat.beat)
     install_stop_signals(compactor.stop)
     try:
         compactor.run()
     finally:
         compactor.close()
+        heartbeat.stop()
     return 0

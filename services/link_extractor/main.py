@@ -1,12 +1,17 @@
 """Link extractor wiring: consume ``fetch.results``, emit ``urls.discovered``.
 
-HTML bodies yield their links within the crawl scope; a redirect yields its location. Both
-count one level deeper than the page (a hop is a new URL: dedupe and max depth end loops). Non-HTML and failed
-fetches yield nothing.
+HTML bodies yield their links within the crawl scope (robots directives obeyed: no
+rel=nofollow link, nothing from a nofollow page); a redirect yields its location; a sitemap
+(XML or gzip whose root is ``urlset``/``sitemapindex``) yields its URLs (source
+``sitemap``); the result whose fetch read robots.txt yields the host's sitemaps (source
+``robots``). Each counts one level deeper than the page (a hop is a new URL: dedupe and max
+depth end loops). Other documents and failed fetches yield nothing. Sitemaps are fetched
+like any URL, through dedupe and the scheduler's per-domain spacing (ADR 015).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 
@@ -16,10 +21,12 @@ from prometheus_client import CollectorRegistry, Counter
 from crawlstream.bus import Message
 from crawlstream.errors import BadDataError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchResult
-from crawlstream.links import RecentUrls, Scope, extract_links
+from crawlstream.links import DEFAULT_AGENT_TOKEN, RecentUrls, Scope, extract_links_with_stats
+from crawlstream.robots import product_token
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
+from crawlstream.sitemaps import SITEMAP_MAX_BYTES, SITEMAP_MAX_URLS, SitemapError, looks_like_sitemap, parse_sitemap
 from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED
 from crawlstream.urls import canonicalize, url_key
 
@@ -28,20 +35,46 @@ TOPICS = (FETCH_RESULTS,)
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 RECENT_URLS = 65_536  # ~10 MB of URL strings
 
-_PAGES: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+logger = logging.getLogger(__name__)
+
+_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Counter]] = weakref.WeakKeyDictionary()
+
+
+def _counter(registry: CollectorRegistry, name: str, doc: str, label: str) -> Counter:
+    """One counter per registry and name (a registry refuses a second registration)."""
+    counters = _COUNTERS.setdefault(registry, {})
+    if name not in counters:
+        counters[name] = Counter(name, doc, [label], registry=registry)
+    return counters[name]
 
 
 def pages_counter(registry: CollectorRegistry) -> Counter:
-    """``crawlstream_link_extractor_pages_total{kind}``: parsed, not_html, redirect, not_ok."""
-    counter = _PAGES.get(registry)
-    if counter is None:
-        counter = _PAGES[registry] = Counter(
-            "crawlstream_link_extractor_pages",
-            "Fetch results seen by the link extractor, by what it did with them",
-            ["kind"],
-            registry=registry,
-        )
-    return counter
+    """``crawlstream_link_extractor_pages_total{kind}``: parsed (HTML), sitemap, not_html, redirect, not_ok."""
+    return _counter(
+        registry,
+        "crawlstream_link_extractor_pages",
+        "Fetch results seen by the link extractor, by what it did with them",
+        "kind",
+    )
+
+
+def sitemaps_counter(registry: CollectorRegistry) -> Counter:
+    """``crawlstream_link_extractor_sitemaps_total{result}``: urlset, sitemapindex (parsed), or
+    why one was skipped whole: malformed, dtd, too_large, gzip, truncated."""
+    return _counter(
+        registry, "crawlstream_link_extractor_sitemaps", "Sitemap documents parsed, or skipped by reason", "result"
+    )
+
+
+def nofollow_counter(registry: CollectorRegistry) -> Counter:
+    """``crawlstream_link_extractor_nofollow_total{scope}``: links dropped for rel=nofollow
+    (``link``) and pages whose meta robots or X-Robots-Tag said nofollow (``page``)."""
+    return _counter(
+        registry,
+        "crawlstream_link_extractor_nofollow",
+        "Links and pages not followed because of robots directives",
+        "scope",
+    )
 
 
 class LinkHandler(EventHandler):
@@ -52,21 +85,42 @@ class LinkHandler(EventHandler):
         max_body_bytes: int,
         registry: CollectorRegistry | None = None,
         recent_urls: int = RECENT_URLS,
+        *,
+        agent: str = DEFAULT_AGENT_TOKEN,
+        obey_directives: bool = True,
+        sitemaps: bool = True,
+        sitemap_max_bytes: int = SITEMAP_MAX_BYTES,
+        sitemap_max_urls: int = SITEMAP_MAX_URLS,
     ) -> None:
-        pages = pages_counter(registry if registry is not None else CollectorRegistry())
+        registry = registry if registry is not None else CollectorRegistry()
+        pages = pages_counter(registry)
         self._parsed = pages.labels("parsed")
+        self._sitemap_pages = pages.labels("sitemap")
         self._not_html = pages.labels("not_html")
         self._redirects = pages.labels("redirect")
         self._not_ok = pages.labels("not_ok")
+        self._sitemap_results = sitemaps_counter(registry)
+        nofollow = nofollow_counter(registry)
+        self._nofollow_links = nofollow.labels("link")
+        self._nofollow_pages = nofollow.labels("page")
+        self._warned: set[str] = set()  # sitemap rejection reasons already logged
         self._out = out
         self._scope = scope
         self._max_body_bytes = max_body_bytes
+        self._agent = agent
+        self._obey_directives = obey_directives
+        self._sitemaps = sitemaps
+        self._sitemap_max_bytes = sitemap_max_bytes
+        self._sitemap_max_urls = sitemap_max_urls
         self._decompressor = zstandard.ZstdDecompressor()
         self._recent = RecentUrls(recent_urls)  # repeats the deduper would drop: not sent
         self.discovered = 0
 
     def handle(self, event: FetchResult, message: Message) -> None:
         now_ms = int(time.time() * 1000)
+        if self._sitemaps and event.robots_sitemaps:
+            for sitemap_url in event.robots_sitemaps:  # the host's robots.txt was read for this fetch
+                self._emit(sitemap_url, event, event.depth + 1, "robots", now_ms)
         if event.outcome == "redirect" and event.redirect_location:
             self._redirects.inc()
             self._emit(event.redirect_location, event, event.depth + 1, "redirect", now_ms)
@@ -74,16 +128,58 @@ class LinkHandler(EventHandler):
         if event.outcome != "ok" or not event.body_zstd:
             self._not_ok.inc()
             return
+        url = event.final_url or event.url
         if (event.content_type or "").split(";")[0].strip().lower() not in _HTML_TYPES:
-            self._not_html.inc()  # images, PDFs...: stored downstream, never parsed for links
+            if self._sitemaps and looks_like_sitemap(event.content_type, url):
+                self._handle_sitemap(event, self._body(event), now_ms)
+            else:
+                self._not_html.inc()  # images, PDFs...: stored downstream, never parsed for links
             return
         self._parsed.inc()
+        extraction = extract_links_with_stats(
+            self._body(event),
+            url,
+            content_type=event.content_type,
+            x_robots_tag=event.headers.get("x-robots-tag"),
+            agent=self._agent,
+            obey_directives=self._obey_directives,
+        )
+        if extraction.directives.nofollow:
+            self._nofollow_pages.inc()
+        if extraction.dropped["nofollow"]:
+            self._nofollow_links.inc(extraction.dropped["nofollow"])
+        for link in extraction.links:
+            self._emit(link.url, event, event.depth + 1, "link", now_ms)
+
+    def _body(self, event: FetchResult) -> bytes:
         try:
-            body = self._decompressor.decompress(event.body_zstd, max_output_size=self._max_body_bytes)
+            return self._decompressor.decompress(event.body_zstd, max_output_size=self._max_body_bytes)
         except zstandard.ZstdError as exc:
             raise BadDataError(f"fetch result body of {event.url} is not valid zstd ({exc})") from exc
-        for link in extract_links(body, event.final_url or event.url, content_type=event.content_type):
-            self._emit(link.url, event, event.depth + 1, "link", now_ms)
+
+    def _handle_sitemap(self, event: FetchResult, body: bytes, now_ms: int) -> None:
+        """Emit a sitemap's URLs (or an index's sitemaps); a bad one is counted and skipped whole."""
+        try:
+            if event.truncated:
+                raise SitemapError(f"sitemap {event.url} was cut at the fetch cap", reason="truncated")
+            sitemap = parse_sitemap(
+                body, event.url, max_bytes=self._sitemap_max_bytes, max_urls=self._sitemap_max_urls
+            )
+        except SitemapError as exc:
+            if exc.reason == "not_sitemap":
+                self._not_html.inc()  # well-formed XML of another kind (a feed, a config...)
+                return
+            self._sitemap_pages.inc()
+            self._sitemap_results.labels(exc.reason).inc()
+            if exc.reason not in self._warned:  # warn once per reason, count always
+                self._warned.add(exc.reason)
+                logger.warning("skipped a sitemap (%s): %s; further ones are only counted", exc.reason, exc)
+            return
+        self._sitemap_pages.inc()
+        self._sitemap_results.labels(sitemap.kind).inc()
+        # <lastmod> is parsed (SitemapEntry.lastmod_ms) for a revisit policy; not carried yet (ADR 015).
+        for entry in sitemap.entries:
+            self._emit(entry.url, event, event.depth + 1, "sitemap", now_ms)
 
     def _emit(self, url: str, parent: FetchResult, depth: int, source: str, now_ms: int) -> None:
         if url in self._recent:  # extracted links are canonical already
@@ -117,7 +213,18 @@ def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LoopS
         frozenset(settings.crawl.allowed_domains) or None
     )
     out = host.event_producer()
-    handler = LinkHandler(out, Scope.from_settings(settings, domains), settings.fetch.max_body_bytes, host.registry)
+    crawl = settings.crawl
+    handler = LinkHandler(
+        out,
+        Scope.from_settings(settings, domains),
+        settings.fetch.max_body_bytes,
+        host.registry,
+        agent=product_token(settings.fetch.user_agent),
+        obey_directives=crawl.obey_robots_directives,
+        sitemaps=crawl.sitemaps,
+        sitemap_max_bytes=crawl.sitemap_max_bytes,
+        sitemap_max_urls=crawl.sitemap_max_urls,
+    )
     loop = host.service_loop("link-extractor", GROUP, TOPICS, handler, producers=[out])
     return LoopService(loop, handler)
 

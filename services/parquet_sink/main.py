@@ -13,6 +13,10 @@ commits after every batch and a lake file per batch would be tiny. One loop iter
    is truncated;
 4. the loop commits.
 
+A ``content.stored`` event whose ``robots_directives`` hold ``noindex`` (the page asked,
+and the crawl obeys; ADR 015) writes no row: the page stays in the content store, out of
+the lake and so out of the URL index. Replay goes through this handler and agrees.
+
 A crash anywhere replays safely: before 2's fsync the batch is not committed and comes
 again from the bus; after it the staging log is replayed into the lake at start-up;
 between the publish and the truncate of 3 the rows are published twice, which the index
@@ -105,6 +109,7 @@ class SinkHandler(EventHandler):
         self.rows_staged = 0
         self.files_published = 0
         self.skipped_in_lake = 0
+        self.skipped_noindex = 0
 
     @classmethod
     def from_settings(cls, settings: Settings, staging: StagingLog, *, skip_in_lake: bool = True) -> SinkHandler:
@@ -144,6 +149,9 @@ class SinkHandler(EventHandler):
 
     def handle(self, event: ContentStored | UrlRecord, message: Message) -> None:
         if isinstance(event, ContentStored):
+            if "noindex" in event.robots_directives:
+                self.skipped_noindex += 1  # stored, but the page asked to stay out of the index
+                return
             self._batch.append(content_row(event, self._default_dataset_id))
         elif self._skip_in_lake and (IN_LAKE_HEADER, b"1") in message.headers:
             self.skipped_in_lake += 1  # `crawlstream ingest` wrote this row to the lake itself

@@ -14,7 +14,7 @@ import time
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
 from crawlstream.frontier import FrontierEntry
-from crawlstream.politeness import FetchOutcome, Scheduler
+from crawlstream.politeness import EXCLUDED_ERROR, FetchOutcome, Scheduler
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
@@ -32,6 +32,7 @@ _ERRORS = {
     "blocked_private": "blocked",
     "too_large": "too_large",
     "error": "error",
+    "excluded": EXCLUDED_ERROR,
 }
 
 

@@ -26,6 +26,7 @@ FETCH_TIMEOUT_S = 1.0  # below SLOW_S, with room for a loaded machine (the web s
 SLOW_S = 2.0
 ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
 RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")  # they always fail: retried
+SITEMAP_MAX_BYTES = 1024 * 1024  # the web's sitemap bomb inflates past it
 SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
 
 
@@ -49,6 +50,7 @@ def crawl_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
         "CRAWLSTREAM_CRAWL_CHECK_INTERVAL_S": "0.2",
         "CRAWLSTREAM_CRAWL_PROGRESS_INTERVAL_S": "2",
+        "CRAWLSTREAM_CRAWL_SITEMAP_MAX_BYTES": str(SITEMAP_MAX_BYTES),
     }
     env.update(extra)
     return env
@@ -76,6 +78,7 @@ def demo_web(n_domains: int = 30, **kw: object) -> DemoWeb:
         "slow_s": SLOW_S,
         "huge_bytes": 1024 * 1024,
         "bomb_bytes": 8 * 1024 * 1024,
+        "sitemap_bomb_bytes": 4 * SITEMAP_MAX_BYTES,
     }
     args.update(kw)
     return DemoWeb(n_domains, **args)  # type: ignore[arg-type]

@@ -75,6 +75,7 @@ def sample_events() -> dict[str, object]:
             content_type="text/html",
             title="Example",
             dataset_id=3,
+            robots_directives={"noindex": "meta,x-robots-tag"},
         ),
         topics.URLS_RECORDS: UrlRecord(
             dataset_id=12,

@@ -286,3 +286,19 @@ def test_proxied_target_resolving_to_loopback_is_still_blocked(demo_web: DemoWeb
     fetcher = Fetcher(user_agent=UA, http_proxy=f"http://127.0.0.1:{demo_web.port}", timeout_s=5.0)
     out = run(fetch_all(fetcher, "http://localhost/"))[0]
     assert out.outcome == "blocked_private"
+
+
+def test_only_the_fetch_that_reads_robots_txt_reports_the_hosts_sitemaps(demo_web: DemoWeb) -> None:
+    fetcher = make_fetcher(demo_web)
+    d1, d7 = domain(demo_web, 1), domain(demo_web, 7)  # robots.txt names one sitemap / answers 404
+    first, second, missing = run(
+        fetch_all(fetcher, f"http://{d1}/", f"http://{d1}/p/1", f"http://{d7}/p/1")
+    )
+    assert first.robots_sitemaps == (f"http://{d1}/sitemap.xml",)
+    assert second.robots_sitemaps is None  # robots.txt came from the cache
+    assert missing.robots_sitemaps == (f"http://{d7}/sitemap.xml",)  # none named: the host's own is tried
+
+
+def test_every_x_robots_tag_header_is_kept_joined(demo_web: DemoWeb) -> None:
+    out = fetch_one(demo_web, f"http://{domain(demo_web, 0)}/directives/header-agent")
+    assert out.headers["x-robots-tag"] == "otherbot: noindex, crawlstream: nofollow"

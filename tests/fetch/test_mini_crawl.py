@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -11,11 +12,13 @@ from crawlstream.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.links import Scope, extract_links
 from crawlstream.settings import FetchSettings, Settings
+from crawlstream.sitemaps import SitemapError, looks_like_sitemap, parse_sitemap
 from crawlstream.urls import canonicalize
 
 
 async def crawl(web: DemoWeb, fetcher: Fetcher, scope: Scope) -> dict[str, FetchOutcome]:
-    """Breadth-first, one wave per depth; redirects are new URLs one level deeper (like the pipeline)."""
+    """Breadth-first, one wave per depth; redirects, robots.txt's sitemaps and a sitemap's URLs
+    are new URLs one level deeper (like the pipeline); robots directives obeyed."""
     depth = {url: 0 for url in web.seed_urls()}
     wave = list(depth)
     results: dict[str, FetchOutcome] = {}
@@ -24,14 +27,22 @@ async def crawl(web: DemoWeb, fetcher: Fetcher, scope: Scope) -> dict[str, Fetch
         nxt: list[str] = []
         for url, out in zip(wave, outs, strict=True):
             results[url] = out
-            found: list[str] = []
+            found = [canonicalize(u).url for u in out.robots_sitemaps or ()]
             if out.outcome == "redirect" and out.redirect_location:
-                found = [canonicalize(out.redirect_location).url]
+                found.append(canonicalize(out.redirect_location).url)
             elif out.outcome == "ok" and out.is_html:
-                found = [
+                found += [
                     link.url
-                    for link in extract_links(out.body, out.final_url, content_type=out.headers.get("content-type"))
+                    for link in extract_links(
+                        out.body,
+                        out.final_url,
+                        content_type=out.headers.get("content-type"),
+                        x_robots_tag=out.headers.get("x-robots-tag"),
+                    )
                 ]
+            elif out.outcome == "ok" and looks_like_sitemap(out.content_type, out.final_url):
+                with contextlib.suppress(SitemapError):  # skipped whole, as the link extractor does
+                    found += [entry.url for entry in parse_sitemap(out.body, out.final_url).entries]
             for link in found:
                 if link not in depth and scope.allows(link, depth[url] + 1):
                     depth[link] = depth[url] + 1

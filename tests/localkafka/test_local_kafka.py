@@ -41,7 +41,10 @@ def _wait_gone(pid: int, timeout_s: float = 30.0) -> bool:
 
 def _read_line(process: subprocess.Popen[bytes], timeout_s: float) -> str:
     assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    # poll, not select: late in a full run the pipe's fd number can exceed select's 1024 limit
+    poller = select.poll()
+    poller.register(process.stdout, select.POLLIN)
+    ready = poller.poll(timeout_s * 1000)
     return process.stdout.readline().decode().strip() if ready else ""
 
 

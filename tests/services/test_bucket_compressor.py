@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -168,3 +169,88 @@ def test_stored_location_survives_a_reopen(make_settings: Callable[..., Settings
     [event] = stored_events(settings, 1)
     with ContentStore.from_settings(settings) as store:
         assert store.get(event.url) == b"<html>persist</html>"
+
+
+_NOINDEX_PAGE = b'<html><head><meta name="robots" content="noindex"></head><body>x</body></html>'
+
+
+def _directive_results() -> list[FetchResult]:
+    pdf = fetch_result("http://a.com/h.pdf", b"%PDF-1.4", content_type="application/pdf")
+    return [
+        fetch_result("http://a.com/m", _NOINDEX_PAGE),
+        dataclasses.replace(pdf, headers={"x-robots-tag": "otherbot: noarchive, crawlstream: nofollow, noindex"}),
+        fetch_result("http://a.com/p", b"<html><body>plain</body></html>"),
+    ]
+
+
+def test_robots_directives_tag_the_page_and_travel_on_content_stored(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings()
+    send_results(settings, _directive_results())
+    assert run_service(settings) == 3
+    recorded = {e.url: dict(e.robots_directives) for e in stored_events(settings, 3)}
+    assert recorded == {
+        "http://a.com/m": {"noindex": "meta"},
+        "http://a.com/h.pdf": {"noindex": "x-robots-tag", "nofollow": "x-robots-tag"},
+        "http://a.com/p": {},
+    }
+    with ContentStore.from_settings(settings) as store:
+        assert {u: store.entry(u).tags for u in recorded} == {  # type: ignore[union-attr]
+            "http://a.com/m": {"noindex"},
+            "http://a.com/h.pdf": {"noindex", "nofollow"},
+            "http://a.com/p": set(),
+        }
+
+
+def test_robots_directives_are_not_recorded_when_the_crawl_ignores_them(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(CRAWLSTREAM_CRAWL_OBEY_ROBOTS_DIRECTIVES="false")
+    send_results(settings, _directive_results())
+    assert run_service(settings) == 3
+    assert all(not e.robots_directives for e in stored_events(settings, 3))
+
+
+def test_the_service_runs_store_maintenance_on_its_own(
+    make_settings: Callable[..., Settings], html_pages: list[tuple[str, bytes]]
+) -> None:
+    """A short interval and tier ages of 0: pages leave the hot tier without any command, while
+    the loop goes on storing; closing stops the maintenance thread."""
+    import threading
+    import time
+
+    settings = make_settings(
+        CRAWLSTREAM_STORE_MAINTENANCE_INTERVAL_S="0.05",
+        CRAWLSTREAM_STORE_WARM_AFTER_S="0",
+        CRAWLSTREAM_STORE_COLD_AFTER_S="0",
+        CRAWLSTREAM_STORE_ARCHIVE_AFTER_S="0",
+        CRAWLSTREAM_STORE_COLD_LEVEL="3",
+        CRAWLSTREAM_STORE_ARCHIVE_LEVEL="3",
+    )
+    send_results(settings, [fetch_result(url, html) for url, html in html_pages])
+    before = {t.name for t in threading.enumerate()}
+    with host_for(settings) as host:
+        service = build(host)
+        try:
+            assert drain(service.loop) == len(html_pages)
+            store = service.handler._store  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if all(e.location.tier == "archive" for e in store.search()):
+                    break
+                time.sleep(0.05)
+            tiers = {e.location.tier for e in store.search()}
+            assert tiers == {"archive"}, tiers
+            assert "store-maintenance" in {t.name for t in threading.enumerate()} - before
+        finally:
+            started = time.monotonic()
+            service.close()
+            assert time.monotonic() - started < 5
+    assert "store-maintenance" not in {t.name for t in threading.enumerate()}
+    bodies = {canonicalize(u).url: html for u, html in html_pages}
+    with ContentStore.from_settings(settings) as store:
+        assert len(store) == len(html_pages)
+        for url, body in bodies.items():
+            assert store.get(url) == body
+            assert store.entry(url).location.tier == "archive"  # type: ignore[union-attr]

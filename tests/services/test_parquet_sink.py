@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -200,3 +201,21 @@ def test_records_ingest_already_wrote_to_the_lake_are_skipped_live(make_settings
         out.flush()
     assert run_sink(settings) == 11
     assert lake_count(settings.data_dir) == 1, "only the unmarked record"
+
+
+def test_a_page_that_asked_noindex_stays_out_of_the_lake(make_settings: Callable[..., Settings]) -> None:
+    """Stored (content.stored says so) but not a row: the index never lists it; replay agrees."""
+    settings = make_settings()
+    with host_for(settings) as host:
+        out = host.event_producer()
+        out.send(CONTENT_STORED, stored("https://blog.example.org/kept"))
+        hidden = dataclasses.replace(stored("https://blog.example.org/hidden"), robots_directives={"noindex": "meta"})
+        out.send(CONTENT_STORED, hidden)
+        nofollow = dataclasses.replace(
+            stored("https://blog.example.org/nofollow"), robots_directives={"nofollow": "x-robots-tag"}
+        )
+        out.send(CONTENT_STORED, nofollow)
+        out.flush()
+    assert run_sink(settings) == 3
+    assert lake_count(settings.data_dir) == 2
+    assert lake_count(settings.data_dir, "path_query = '/hidden'") == 0

@@ -3,6 +3,9 @@
 ``append ROOT SIDE``: put pages forever; after each put returns, append its URL to SIDE.
 ``recompress ROOT SIDE N``: put N old pages (acknowledging each), write "RECOMPRESS" to SIDE,
 then recompress them into the cold tier (and again into archive), over and over.
+``maintain ROOT SIDE N``: put N pages, write "MAINTAIN", then run bounded maintenance passes
+(ages zero: tiering, then compaction after deleting every third page) with puts and deletes
+between them, over and over; deletes are acknowledged as "-URL" lines.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def main() -> None:
             os.write(fd, (url + "\n").encode())  # acknowledged: put() returned
             i += 1
     count = int(sys.argv[4])
+    if mode == "maintain":
+        maintain(root, fd, count)
     for i in range(count):
         url = f"https://site{i % 5}.example.com/page/{i}"
         store.put(url, body_for(url), fetched_at_ms=i)
@@ -49,6 +54,35 @@ def main() -> None:
             store.put(url, body_for(url), fetched_at_ms=i)
             os.write(fd, (url + "\n").encode())
         count += 20
+
+
+def maintain(root: Path, fd: int, count: int) -> None:
+    store = ContentStore(
+        root,
+        segment_bytes=64 * 1024,
+        dict_min_samples=8,
+        global_dict_min_samples=16,
+        maintenance_budget_bytes=48 * 1024,
+        compact_dead_ratio=0.3,
+        cold_level=9,
+        archive_level=9,
+    )
+    for i in range(count):
+        url = f"https://site{i % 5}.example.com/page/{i}"
+        store.put(url, body_for(url), fetched_at_ms=i)
+        os.write(fd, (url + "\n").encode())
+    os.write(fd, b"MAINTAIN\n")
+    while True:
+        store.maintain(ages_zero=True)
+        for i in range(count, count + 30):
+            url = f"https://site{i % 5}.example.com/page/{i}"
+            store.put(url, body_for(url), fetched_at_ms=i)
+            os.write(fd, (url + "\n").encode())
+            if i % 3 == 0:
+                gone = f"https://site{(i - 20) % 5}.example.com/page/{i - 20}"
+                if store.delete(gone):
+                    os.write(fd, ("-" + gone + "\n").encode())
+        count += 30
 
 
 if __name__ == "__main__":

@@ -252,4 +252,4 @@ def test_stats_count_urls_bodies_and_stored_bytes(tmp_path: Path) -> None:
         store.put("https://example.com/b", PAGE)
         st = store.stats()
         assert (st.urls, st.bodies, st.raw_bytes) == (2, 1, 2 * len(PAGE))
-        assert st.stored_bytes == st.segment_bytes + st.dict_bytes + st.index_bytes and st.ratio > 1
+        assert st.stored_bytes == st.segment_bytes + st.dict_bytes + st.index_bytes + st.other_bytes and st.ratio > 1

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 _COMMANDS = (
     "_run",
     "_seed",
+    "_exclude",
+    "_domain",
     "_service",
     "_ingest",
     "_index",
@@ -37,7 +39,9 @@ _COMMANDS = (
     "_demo",
     "_demo_web",
     "_local_kafka",
+    "_topics",
     "_replay",
+    "_migrate",
     "_settings",
 )
 

@@ -36,7 +36,7 @@ from crawlstream.crawl import (
     send_seeds,
 )
 from crawlstream.errors import ConfigError
-from crawlstream.politeness import Scheduler
+from crawlstream.politeness import Controls, Scheduler
 from crawlstream.runtime import LoopService, ServiceLoop
 from crawlstream.services import package_for
 from crawlstream.services._host import Host, open_host
@@ -144,6 +144,15 @@ def run_crawl(
     def scheduler_pending() -> tuple[int, int]:
         return reader.pending_all(range(partitions))
 
+    # --max-pages is exact: the schedulers release no page beyond it (pages + in flight <= N),
+    # so stopping there leaves nothing in flight to overshoot with.
+    controls = Controls(host.redis)
+    if settings.crawl.max_pages:
+        in_flight = scheduler_pending()[1]
+        controls.set_crawl_budget(settings.crawl.max_pages, stats_handler.snapshot().pages + in_flight)
+    else:
+        controls.clear_crawl_budget()
+
     runner = CrawlRunner(
         specs,
         stop_event=host.stop_event,
@@ -203,7 +212,13 @@ def _seed(host: Host, seeds: Sequence[str]) -> None:
     if seeds:
         send_seeds(host.event_producer(), seeds, host.settings.crawl.dataset_id)
         return
-    if not any(host.bus.end_offsets(URLS_DISCOVERED)):
+    if not any(host.bus.end_offsets(URLS_DISCOVERED)) and not _has_frontier(host):
         raise ConfigError(
             f"no seeds and nothing to resume in {host.settings.data_dir}: give --seeds URL or --seeds FILE"
         )
+
+
+def _has_frontier(host: Host) -> bool:
+    """Whether the scheduler holds queued domains (a data dir filled by ``crawlstream migrate``)."""
+    scheduler = Scheduler.from_settings(host.settings, host.redis)
+    return scheduler.pending_all(range(host.bus.partition_count(URLS_FRONTIER)))[0] > 0

@@ -24,11 +24,18 @@ __all__ = ["BloomFilter", "Snapshot", "decode_snapshot", "encode_snapshot"]
 _MASK64 = (1 << 64) - 1
 _xxh3_128 = xxhash.xxh3_128_intdigest
 
-# Snapshot layout, little-endian: magic, version, k, m_bits, count, offset (-1 = none),
-# crc32 of the bit array, then m_bits / 8 bytes of bits (bit i = byte i >> 3, mask 1 << (i & 7)).
+# Snapshot layout, little-endian: magic, version, k, m_bits, count, offset (-1 = none), crc32,
+# then m_bits / 8 bytes of bits (bit i = byte i >> 3, mask 1 << (i & 7)). Version 2's crc32
+# covers the header fields before it and then the bits; version 1's (still read) only the
+# bits, so a flipped k, count or offset went unnoticed.
 SNAPSHOT_MAGIC = b"CSBLOOM\x00"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _HEADER = struct.Struct("<8sIIQQqI")
+_CRC_START = _HEADER.size - 4  # where the crc32 field sits: version 2 checks every byte before it
+MAX_K = 4096
+"""Most hash functions a snapshot may declare: bloom_size gives 10 at a 0.1% rate and ~1100 at
+the smallest float rate; more would make every lookup a near-endless loop."""
 
 
 class BloomFilter:
@@ -101,16 +108,11 @@ class Snapshot:
 
 def encode_snapshot(bloom: BloomFilter, offset: int | None) -> bytes:
     """Serialize ``bloom`` with the bus ``offset`` it covers (None: no offset known)."""
-    header = _HEADER.pack(
-        SNAPSHOT_MAGIC,
-        SNAPSHOT_VERSION,
-        bloom.size.k,
-        bloom.size.m_bits,
-        bloom.count,
-        -1 if offset is None else offset,
-        zlib.crc32(bloom.bits),
-    )
-    return header + bytes(bloom.bits)
+    size, offset_field = bloom.size, -1 if offset is None else offset
+    fields = _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, size.k, size.m_bits, bloom.count, offset_field, 0)
+    fields = fields[:_CRC_START]  # the crc32 field itself is written after it is computed
+    crc = zlib.crc32(bloom.bits, zlib.crc32(fields))
+    return fields + struct.pack("<I", crc) + bytes(bloom.bits)
 
 
 def decode_snapshot(data: bytes | bytearray | memoryview, source: str = "snapshot") -> Snapshot:
@@ -122,7 +124,7 @@ def decode_snapshot(data: bytes | bytearray | memoryview, source: str = "snapsho
             "delete the file to rebuild the filter by replaying the topic"
         )
     magic, version, k, m_bits, count, offset, crc = _HEADER.unpack_from(view)
-    if magic != SNAPSHOT_MAGIC or version != SNAPSHOT_VERSION:
+    if magic != SNAPSHOT_MAGIC or version not in _READABLE_VERSIONS:
         raise ChecksumMismatch(
             f"{source}: expected magic {SNAPSHOT_MAGIC!r} v{SNAPSHOT_VERSION}, found {bytes(magic)!r} v{version}"
         )
@@ -131,7 +133,10 @@ def decode_snapshot(data: bytes | bytearray | memoryview, source: str = "snapsho
         raise ChecksumMismatch(
             f"{source}: header says {m_bits} bits (k={k}) but {len(body)} bytes follow; the file is truncated"
         )
-    if zlib.crc32(body) != crc:
-        raise ChecksumMismatch(f"{source}: crc32 of the bit array does not match the header; the file is corrupt")
+    if zlib.crc32(body, zlib.crc32(view[:_CRC_START]) if version >= 2 else 0) != crc:
+        raise ChecksumMismatch(f"{source}: crc32 of the header and bits does not match; the file is corrupt")
+    if not m_bits or k > MAX_K:
+        # A checksum cannot vouch for a writer's sanity: 0 bits divide by zero, a huge k never ends.
+        raise ChecksumMismatch(f"{source}: a filter of {m_bits} bits and k={k} (1..{MAX_K}) cannot be used")
     bloom = BloomFilter(BloomSize(m_bits=m_bits, k=k), bytearray(body), count)
     return Snapshot(filter=bloom, offset=None if offset < 0 else offset)

@@ -15,7 +15,19 @@ Layout, for domain number ``i`` (``cs0000-demo.com``, ``cs0001-demo.net``, ...):
   ``/robots-moved.txt`` which disallows ``/p/2``.
 * special pages on every host, linked from ``/`` of domains with ``i % special_every == 0``:
   redirect, redirect loop, 404, 500, 503 + Retry-After, 429 + Retry-After, slow, huge,
-  PNG, PDF, gzip bomb, meta refresh.
+  PNG, PDF (``X-Robots-Tag: noindex``), gzip bomb, meta refresh, and robots directives:
+  ``<meta name=robots>`` noindex / nofollow, ``<meta name=crawlstream content=none>``, a
+  meta for another crawler (ignored), ``X-Robots-Tag: noindex`` and an agent-prefixed
+  ``X-Robots-Tag``. That ``/`` also links ``rel=nofollow`` to ``/hidden/rel`` (and to
+  ``/p/0``, reachable anyway); ``/hidden/*`` pages are linked only in ways a polite crawler
+  does not follow, so they are never reachable.
+* sitemaps: every robots.txt names ``http://<domain>/sitemap.xml`` (a robots.txt that
+  answers 404 names none: a crawler then tries ``/sitemap.xml`` of that host). Every host
+  serves a small ``urlset`` there, except the main host of special domains, which serves
+  a sitemap index of ``/sitemaps/pages.xml``, ``/sitemaps/extra.xml.gz`` (gzip, listing
+  ``/from-sitemap``: reachable only through it), and three a crawler must skip whole:
+  ``broken.xml`` (malformed), ``dtd.xml`` (billion laughs) and ``bomb.xml.gz`` (inflates
+  past any sane cap). Each lists a ``/from-*`` page that is thereby never reachable.
 """
 
 from __future__ import annotations
@@ -28,12 +40,16 @@ from typing import Literal
 
 from crawlstream.links import Scope
 from crawlstream.robots import RobotsPolicy
+from crawlstream.sitemaps import robots_sitemaps
 
-__all__ = ["SPECIAL_PATHS", "Page", "WebModel"]
+__all__ = ["SITEMAP_PATHS", "SPECIAL_PATHS", "Page", "SitemapVariant", "WebModel"]
 
 _TLDS = ("com", "net", "org", "co.uk", "io")
 
-PageKind = Literal["html", "redirect", "status", "slow", "huge", "png", "pdf", "bomb", "refresh", "missing"]
+PageKind = Literal[
+    "html", "redirect", "status", "slow", "huge", "png", "pdf", "bomb", "refresh", "missing", "sitemap"
+]
+SitemapVariant = Literal["urlset", "index", "broken", "dtd", "bomb"]
 
 # path -> kind; redirects and statuses are described in ``WebModel.page``.
 SPECIAL_PATHS: dict[str, PageKind] = {
@@ -50,6 +66,25 @@ SPECIAL_PATHS: dict[str, PageKind] = {
     "/doc.pdf": "pdf",
     "/bomb": "bomb",
     "/refresh": "refresh",
+    "/directives/noindex": "html",
+    "/directives/nofollow": "html",
+    "/directives/agent-none": "html",
+    "/directives/other-agent": "html",
+    "/directives/header-noindex": "html",
+    "/directives/header-agent": "html",
+}
+# Pages no polite crawler reaches (linked only by nofollow, or listed only by a bad sitemap).
+_HIDDEN_PATHS = frozenset(
+    {"/hidden/rel", "/hidden/meta", "/hidden/agent", "/hidden/header"}
+    | {"/from-broken-sitemap", "/from-dtd-sitemap", "/from-bomb-sitemap"}
+)
+# The sitemap index's children on special domains' main hosts: path -> (variant, gzip).
+SITEMAP_PATHS: dict[str, tuple[SitemapVariant, bool]] = {
+    "/sitemaps/pages.xml": ("urlset", False),
+    "/sitemaps/extra.xml.gz": ("urlset", True),
+    "/sitemaps/broken.xml": ("broken", False),
+    "/sitemaps/dtd.xml": ("dtd", False),
+    "/sitemaps/bomb.xml.gz": ("bomb", True),
 }
 
 
@@ -63,6 +98,13 @@ class Page:
     location: str | None = None  # for redirects, as sent (may be relative)
     target: str | None = None  # for redirects, absolute
     retry_after_s: int | None = None
+    nofollow_links: tuple[str, ...] = ()  # rendered rel=nofollow: never followed
+    blocked_links: tuple[str, ...] = ()  # rendered plainly on a nofollow page (or a bad sitemap)
+    meta_robots: tuple[tuple[str, str], ...] = ()  # (name, content) of <meta> tags
+    x_robots_tag: tuple[str, ...] = ()  # one X-Robots-Tag header each
+    noindex: bool = False  # fetched and stored, but kept out of the index
+    sitemap: SitemapVariant | None = None  # kind "sitemap": what the document is
+    gzip: bool = False  # kind "sitemap": served as a gzip file
 
 
 class WebModel:
@@ -175,8 +217,14 @@ class WebModel:
         base = f"http://{host}"
         if path in SPECIAL_PATHS:
             return self._special(host, path)
+        if path == "/sitemap.xml" or path in SITEMAP_PATHS:
+            return self._sitemap(host, path)
+        if path in _HIDDEN_PATHS or path == "/from-sitemap":
+            return Page("html", links=(f"{base}/",))
         if path == "/":
-            return Page("html", links=self._links(host, path, -1))
+            special = self._host_domain[host] % self.special_every == 0
+            nofollow = (f"{base}/hidden/rel", f"{base}/p/0") if special else ()
+            return Page("html", links=self._links(host, path, -1), nofollow_links=nofollow)
         if path.startswith("/p/") and path[3:].isdigit():
             k = int(path[3:])
             if k < self.n_pages(host):
@@ -201,7 +249,67 @@ class WebModel:
             return Page("refresh", links=(f"{base}/p/1",))
         if path == "/huge":
             return Page("huge", links=(f"{base}/p/0",))
+        if path == "/doc.pdf":
+            return Page("pdf", x_robots_tag=("noindex",), noindex=True)
+        if path.startswith("/directives/"):
+            return self._directive_page(host, path)
         return Page(SPECIAL_PATHS[path])
+
+    def _directive_page(self, host: str, path: str) -> Page:
+        base = f"http://{host}"
+        agent = self.user_agent_token
+        if path == "/directives/noindex":
+            return Page("html", links=(f"{base}/p/1",), meta_robots=(("robots", "noindex"),), noindex=True)
+        if path == "/directives/nofollow":
+            return Page("html", blocked_links=(f"{base}/hidden/meta",), meta_robots=(("ROBOTS", "index, NoFollow"),))
+        if path == "/directives/agent-none":
+            return Page(
+                "html",
+                blocked_links=(f"{base}/hidden/agent",),
+                meta_robots=(("otherbot", "noindex"), (agent, "none")),
+                noindex=True,
+            )
+        if path == "/directives/other-agent":
+            return Page("html", links=(f"{base}/p/2",), meta_robots=(("otherbot", "noindex, nofollow"),))
+        if path == "/directives/header-noindex":
+            return Page("html", links=(f"{base}/",), x_robots_tag=("noarchive, noindex",), noindex=True)
+        # header-agent: one header for another crawler, one for us (they arrive joined).
+        return Page(
+            "html",
+            blocked_links=(f"{base}/hidden/header",),
+            x_robots_tag=("otherbot: noindex", f"{agent}: nofollow"),
+        )
+
+    # -- sitemaps ------------------------------------------------------------------
+
+    def _has_sitemap_index(self, host: str) -> bool:
+        i = self._host_domain[host]
+        return i % self.special_every == 0 and host == self.domains[i]
+
+    def _sitemap(self, host: str, path: str) -> Page:
+        base = f"http://{host}"
+        i = self._host_domain[host]
+        if path == "/sitemap.xml":
+            if self._has_sitemap_index(host):
+                return Page("sitemap", links=tuple(f"{base}{p}" for p in SITEMAP_PATHS), sitemap="index")
+            pages = [f"{base}/"] + [f"{base}/p/{k}" for k in (0, 2) if k < self.n_pages(host)]
+            return Page("sitemap", links=tuple(pages), sitemap="urlset")
+        if not self._has_sitemap_index(host):
+            return Page("missing", 404)
+        variant, gzipped = SITEMAP_PATHS[path]
+        if path == "/sitemaps/pages.xml":
+            listed = [f"{base}/", f"{base}/p/{self.n_pages(host) - 1}", f"{base}/directives/noindex"]
+            if i % 3 == 0:
+                listed.append(f"{base}/private/1")  # disallowed by robots.txt: listed, never fetched
+            return Page("sitemap", links=tuple(listed), sitemap=variant)
+        if path == "/sitemaps/extra.xml.gz":
+            return Page("sitemap", links=(f"{base}/from-sitemap", f"{base}/p/0"), sitemap=variant, gzip=gzipped)
+        hidden = f"{base}/from-{variant}-sitemap"
+        return Page("sitemap", blocked_links=(hidden,), sitemap=variant, gzip=gzipped)
+
+    def robots_sitemaps(self, host: str) -> tuple[str, ...]:
+        """The sitemaps a crawler learns from ``host``'s robots.txt (or its fallback)."""
+        return robots_sitemaps(f"http://{host}", self.robots_policy(host))
 
     def _links(self, host: str, path: str, k: int) -> tuple[str, ...]:
         """Outlinks of an HTML page, absolute and canonical, first-seen order, no duplicates."""
@@ -240,9 +348,16 @@ class WebModel:
         if page.kind == "redirect":
             assert page.target is not None
             return (page.target,)
-        if page.kind in ("html", "refresh", "huge"):
-            return page.links
+        if page.kind in ("html", "refresh", "huge", "sitemap"):
+            return page.links  # never nofollow or blocked links, nor a bad sitemap's entries
         return ()
+
+    def _touch(self, host: str, seen_hosts: set[str]) -> tuple[str, ...]:
+        """The sitemaps a crawler learns on its first request to ``host`` (robots.txt is read then)."""
+        if host in seen_hosts:
+            return ()
+        seen_hosts.add(host)
+        return self.robots_sitemaps(host)
 
     def reachable_pages(
         self,
@@ -253,10 +368,12 @@ class WebModel:
     ) -> set[str]:
         """Every in-scope URL a polite crawler requests from ``seeds`` (default: all home pages).
 
-        Includes error pages, redirects and binary pages (they are requested); excludes
-        robots-disallowed URLs (never requested, so their links are never seen) and
-        robots.txt itself. A redirect target counts one level deeper unless
-        ``redirect_adds_depth`` is False.
+        Includes error pages, redirects, binary pages and sitemaps (they are requested);
+        excludes robots-disallowed URLs (never requested, so their links are never seen),
+        robots.txt itself, and links a polite crawler does not follow (``rel=nofollow``,
+        a nofollow page's, a skipped sitemap's). A host's sitemaps are learned on its first
+        request (robots.txt is read then), one level deeper than that request; a redirect
+        target counts one level deeper unless ``redirect_adds_depth`` is False.
         """
         start = list(seeds) if seeds is not None else self.seed_urls()
         depth: dict[str, int] = {}
@@ -266,8 +383,13 @@ class WebModel:
                 depth[url] = 0
                 queue.append(url)
         fetched: set[str] = set()
+        hosts: set[str] = set()
         while queue:
             url = queue.popleft()
+            for sitemap in self._touch(url.split("/", 3)[2], hosts):
+                if sitemap not in depth and (scope is None or scope.allows(sitemap, depth[url] + 1)):
+                    depth[sitemap] = depth[url] + 1
+                    queue.append(sitemap)
             if not self.allowed(url):
                 continue
             fetched.add(url)
@@ -288,8 +410,13 @@ class WebModel:
         seen = set(start)
         queue = deque(start)
         bad: set[str] = set()
+        hosts: set[str] = set()
         while queue:
             url = queue.popleft()
+            for sitemap in self._touch(url.split("/", 3)[2], hosts):
+                if sitemap not in seen:
+                    seen.add(sitemap)
+                    queue.append(sitemap)
             if not self.allowed(url):
                 bad.add(url)
                 continue
@@ -298,3 +425,33 @@ class WebModel:
                     seen.add(link)
                     queue.append(link)
         return bad
+
+    def noindex_pages(self, seeds: Iterable[str] | None = None) -> set[str]:
+        """Reachable pages that say noindex (meta robots or X-Robots-Tag): fetched and
+        stored, never in the URL index."""
+        return {u for u in self.reachable_pages(seeds=seeds) if self._page_of(u).noindex}
+
+    def unfollowed_only_pages(self, seeds: Iterable[str] | None = None) -> set[str]:
+        """Pages linked from reachable ones only through links a polite crawler does not
+        follow (rel=nofollow, a nofollow page's links, a skipped sitemap's entries)."""
+        reachable = self.reachable_pages(seeds=seeds)
+        unfollowed: set[str] = set()
+        for url in reachable:
+            page = self._page_of(url)
+            unfollowed.update(page.nofollow_links, page.blocked_links)
+        return unfollowed - reachable
+
+    def sitemap_only_pages(self, seeds: Iterable[str] | None = None) -> set[str]:
+        """Reachable pages no HTML page links to: only a sitemap lists them."""
+        reachable = self.reachable_pages(seeds=seeds)
+        linked: set[str] = set()
+        for url in reachable:
+            if self._page_of(url).kind != "sitemap":
+                linked.update(self.outlinks(url))
+        return {u for u in reachable if self._page_of(u).kind != "sitemap"} - linked - set(
+            seeds if seeds is not None else self.seed_urls()
+        )
+
+    def _page_of(self, url: str) -> Page:
+        _, _, host, path = url.split("/", 3)
+        return self.page(host, "/" + path)

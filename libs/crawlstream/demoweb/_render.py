@@ -6,12 +6,16 @@ resolve and canonicalize them back to the model's URLs."""
 from __future__ import annotations
 
 import functools
+import gzip
 import random
 import zlib
+from xml.sax.saxutils import escape
 
 from crawlstream.demoweb._model import Page
 
-__all__ = ["PDF_BYTES", "PNG_BYTES", "gzip_bomb", "render_html", "render_huge"]
+__all__ = ["PDF_BYTES", "PNG_BYTES", "gzip_bomb", "render_html", "render_huge", "render_sitemap", "sitemap_bomb"]
+
+_SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 PNG_BYTES = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -58,6 +62,8 @@ def render_html(page: Page, host: str, path: str, seed: int) -> tuple[bytes, str
         head.append(f'<base href="http://{host}/">')
     if page.kind == "refresh":
         head.append(f'<meta http-equiv="refresh" content="0; url={page.links[0][len("http://" + host) :]}">')
+    for name, content in page.meta_robots:
+        head.append(f'<meta name="{name}" content="{content}">')
     body = [
         f"<h1>Page {path} of {host}</h1>",
         "<p>Caf\u00e9 cr\u00e8me \u2014 synthetic text.</p>" if not latin else "<p>Caf\u00e9 cr\u00e8me</p>",
@@ -66,6 +72,16 @@ def render_html(page: Page, host: str, path: str, seed: int) -> tuple[bytes, str
     body.append('<a href="#top">top</a> <a href="ftp://files.example.invalid/x">ftp</a> <a href="tel:+1555">tel</a>')
     links = page.links if page.kind != "refresh" else ()
     areas: list[str] = []
+    # rel=nofollow first: a later followed link to the same URL must still count.
+    for j, link in enumerate(page.nofollow_links):
+        href = _href(link, host, path, rng, under_base=under_base)
+        rel = ("nofollow", "external NoFollow", "ugc nofollow")[j % 3]
+        if j % 2:
+            areas.append(f'<area shape="rect" coords="0,0,1,1" rel="{rel}" href="{href}">')
+        else:
+            body.append(f'<p><a rel="{rel}" href="{href}">sponsored</a></p>')
+    for link in page.blocked_links:  # plain links: the page-level nofollow is what hides them
+        body.append(f'<p><a href="{_href(link, host, path, rng, under_base=under_base)}">more</a></p>')
     for link in links:
         href = _href(link, host, path, rng, under_base=under_base)
         roll = rng.random()
@@ -102,5 +118,49 @@ def gzip_bomb(decoded_bytes: int) -> bytes:
     for _ in range(decoded_bytes // len(block)):
         out += comp.compress(block)
     out += comp.compress(bytes(decoded_bytes % len(block)))
+    out += comp.flush()
+    return bytes(out)
+
+
+def _lastmod(rng: random.Random) -> str:
+    month, day = rng.randrange(1, 13), rng.randrange(1, 29)
+    if rng.random() < 0.5:
+        return f"2026-{month:02d}-{day:02d}"
+    return f"2026-{month:02d}-{day:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00+01:00"
+
+
+def render_sitemap(page: Page, host: str, path: str, seed: int, bomb_bytes: int) -> tuple[bytes, str]:
+    """(body, content-type) of a sitemap page: a urlset or index, or one of the bad ones."""
+    rng = random.Random(f"sitemap:{seed}:{host}:{path}")
+    if page.sitemap == "bomb":
+        return sitemap_bomb(bomb_bytes, page.blocked_links[0]), "application/gzip"
+    tag, entry = ("sitemapindex", "sitemap") if page.sitemap == "index" else ("urlset", "url")
+    urls = page.links or page.blocked_links
+    entries = "".join(
+        f"<{entry}><loc>{escape(url)}</loc><lastmod>{_lastmod(rng)}</lastmod></{entry}>\n" for url in urls
+    )
+    doc = f'<?xml version="1.0" encoding="UTF-8"?>\n<{tag} xmlns="{_SITEMAP_NS}">\n{entries}</{tag}>\n'
+    if page.sitemap == "broken":
+        doc = doc[: -len(f"</{tag}>\n")] + f"<{entry}><loc>http://{host}/p/0</loc>\n"  # never closed
+    elif page.sitemap == "dtd":
+        laughs = "".join(f'<!ENTITY lol{k} "{f"&lol{k - 1};" * 10}">' for k in range(1, 10))
+        dtd = f'<!DOCTYPE {tag} [<!ENTITY lol0 "lol">{laughs}<!ENTITY xxe SYSTEM "file:///etc/passwd">]>\n'
+        doc = doc.replace("?>\n", "?>\n" + dtd, 1).replace(entries, entries + "<url><loc>&lol9;&xxe;</loc></url>")
+    data = doc.encode()
+    if page.gzip:
+        return gzip.compress(data, mtime=0), "application/x-gzip"
+    return data, "application/xml"
+
+
+@functools.lru_cache(maxsize=2)
+def sitemap_bomb(decoded_bytes: int, url: str) -> bytes:
+    """A gzip urlset of about ``decoded_bytes`` (whitespace, then one ``url``): small on the
+    wire, well-formed, and too big for any sane decompressed-size cap."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    out = bytearray(comp.compress(f'<?xml version="1.0"?>\n<urlset xmlns="{_SITEMAP_NS}">'.encode()))
+    block = b" " * (1024 * 1024)
+    for _ in range(decoded_bytes // len(block)):
+        out += comp.compress(block)
+    out += comp.compress(f"<url><loc>{escape(url)}</loc></url></urlset>\n".encode())
     out += comp.flush()
     return bytes(out)

@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from crawlstream.demoweb._model import Page, WebModel
-from crawlstream.demoweb._render import PDF_BYTES, PNG_BYTES, gzip_bomb, render_html, render_huge
+from crawlstream.demoweb._render import PDF_BYTES, PNG_BYTES, gzip_bomb, render_html, render_huge, render_sitemap
 from crawlstream.links import Scope
 
 __all__ = ["DemoWeb", "RequestRecord"]
@@ -61,6 +62,7 @@ class DemoWeb:
         slow_s: float = 3.0,
         huge_bytes: int = 2 * 1024 * 1024,
         bomb_bytes: int = 64 * 1024 * 1024,
+        sitemap_bomb_bytes: int = 64 * 1024 * 1024,
         listen_host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -74,6 +76,7 @@ class DemoWeb:
         self.slow_s = slow_s
         self.huge_bytes = huge_bytes
         self.bomb_bytes = bomb_bytes
+        self.sitemap_bomb_bytes = sitemap_bomb_bytes
         self._listen_host = listen_host
         self._port = port
         self._log: list[RequestRecord] = []
@@ -116,6 +119,9 @@ class DemoWeb:
 
     def disallowed_paths(self, host: str) -> list[str]:
         return self.model.disallowed_paths(host)
+
+    def noindex_pages(self) -> set[str]:
+        return self.model.noindex_pages()
 
     def requests(self) -> list[RequestRecord]:
         """A copy of the request log (robots.txt fetches included)."""
@@ -169,12 +175,25 @@ class DemoWeb:
         if page.kind == "png":
             return web.Response(body=PNG_BYTES, content_type="image/png")
         if page.kind == "pdf":
-            return web.Response(body=PDF_BYTES, content_type="application/pdf")
+            return web.Response(body=PDF_BYTES, headers=self._headers(page, "application/pdf"))
+        if page.kind == "sitemap":
+            body, ctype = await asyncio.get_running_loop().run_in_executor(
+                None, render_sitemap, page, host, path, self.model.seed, self.sitemap_bomb_bytes
+            )
+            return web.Response(body=body, headers=self._headers(page, ctype))
         if page.kind == "bomb":
             body = await asyncio.get_running_loop().run_in_executor(None, gzip_bomb, self.bomb_bytes)
             return web.Response(body=body, headers={"Content-Type": "text/html", "Content-Encoding": "gzip"})
         body, ctype = render_html(page, host, path, self.model.seed)
-        return web.Response(body=body, headers={"Content-Type": ctype})
+        return web.Response(body=body, headers=self._headers(page, ctype))
+
+    @staticmethod
+    def _headers(page: Page, content_type: str) -> CIMultiDict[str]:
+        """Content-Type plus one X-Robots-Tag header per value (repeated, as servers send them)."""
+        headers: CIMultiDict[str] = CIMultiDict({"Content-Type": content_type})
+        for value in page.x_robots_tag:
+            headers.add("X-Robots-Tag", value)
+        return headers
 
     async def astart(self) -> None:
         app = web.Application()

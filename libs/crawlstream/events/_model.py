@@ -9,7 +9,7 @@ so the hot path never builds ``datetime`` objects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeAlias
@@ -88,6 +88,7 @@ class FetchResult:
     dataset_id: int | None = None
     retry_after_s: float | None = None
     crawl_delay_s: float | None = None
+    robots_sitemaps: Sequence[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ class ContentStored:
     content_type: str | None = None
     title: str | None = None
     dataset_id: int | None = None
+    robots_directives: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,13 @@ from crawlstream.fetch._outcome import FetchOutcome, Outcome, kept_headers, medi
 from crawlstream.robots import (
     MAX_ROBOTS_BYTES,
     MAX_ROBOTS_REDIRECTS,
+    ImportedRobotsTxt,
     RobotsCache,
     RobotsPolicy,
     origin_of,
     product_token,
 )
+from crawlstream.sitemaps import robots_sitemaps
 from crawlstream.urls import canonicalize
 
 if TYPE_CHECKING:
@@ -121,6 +123,7 @@ class Fetcher:
         robots_error_backoff_s: float = 300.0,
         dns_cache_s: float = 300.0,
         dns_resolver: AbstractResolver | None = None,
+        imported_robots: Callable[[str], ImportedRobotsTxt | None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.user_agent = user_agent
@@ -138,6 +141,7 @@ class Fetcher:
         self._robots_error_backoff_s = robots_error_backoff_s
         self._dns_cache_s = dns_cache_s
         self._dns_resolver = dns_resolver
+        self._imported_robots = imported_robots
         self._clock = clock
         self.robots = RobotsCache(ttl_s=robots_cache_s)
         self._robots_locks: dict[str, asyncio.Lock] = {}
@@ -146,7 +150,13 @@ class Fetcher:
         self._semaphore: asyncio.Semaphore | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, resolve_map: Mapping[str, tuple[str, int]] | None = None) -> Fetcher:
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        resolve_map: Mapping[str, tuple[str, int]] | None = None,
+        imported_robots: Callable[[str], ImportedRobotsTxt | None] | None = None,
+    ) -> Fetcher:
         """A fetcher as configured; a resolver map (given, or from ``fetch.resolve_map_file``)
         is exclusive: hosts outside it fail as dns_error, so a demo crawl never leaks out."""
         f = settings.fetch
@@ -173,6 +183,7 @@ class Fetcher:
             resolve_map_only=resolve_map is not None,
             robots_cache_s=f.robots_cache_s,
             robots_error_backoff_s=f.robots_error_backoff_s,
+            imported_robots=imported_robots,
         )
 
     # -- lifecycle -----------------------------------------------------------------
@@ -237,12 +248,15 @@ class Fetcher:
                 **kw,  # type: ignore[arg-type]
             )
 
+        crawl_delay_s: float | None = None
+        sitemaps: tuple[str, ...] | None = None
         async with self._semaphore:
             try:
                 self._check_target(url)
-                crawl_delay_s: float | None = None
                 if self._obey_robots:
-                    policy = await self._arobots_policy(session, url)
+                    policy, fresh = await self._arobots_policy(session, url)
+                    if fresh:  # this attempt read robots.txt: report its sitemaps, once per origin
+                        sitemaps = robots_sitemaps(origin_of(url), policy)
                     decision = policy.decide(url, self.robots_agent)
                     crawl_delay_s = decision.crawl_delay_s
                     if not decision.allowed:
@@ -252,14 +266,21 @@ class Fetcher:
                             error=why,
                             retry_after_s=decision.backoff_s,
                             crawl_delay_s=crawl_delay_s,
+                            robots_sitemaps=sitemaps,
                         )
                 await self._acheck_proxied_target(url)
                 raw = await self._aget(session, url, self._max_body_bytes)
             except _Failure as exc:
-                return done(exc.outcome, error=str(exc))
-        return self._classify(raw, done, crawl_delay_s)
+                return done(exc.outcome, error=str(exc), robots_sitemaps=sitemaps)
+        return self._classify(raw, done, crawl_delay_s, sitemaps)
 
-    def _classify(self, raw: _Raw, done: Callable[..., FetchOutcome], crawl_delay_s: float | None) -> FetchOutcome:
+    def _classify(
+        self,
+        raw: _Raw,
+        done: Callable[..., FetchOutcome],
+        crawl_delay_s: float | None,
+        sitemaps: tuple[str, ...] | None = None,
+    ) -> FetchOutcome:
         common = dict(
             final_url=raw.final_url,
             status=raw.status,
@@ -269,6 +290,7 @@ class Fetcher:
             truncated=raw.truncated,
             body_size_bytes=len(raw.body),
             crawl_delay_s=crawl_delay_s,
+            robots_sitemaps=sitemaps,
         )
         if raw.status in (429, 503):
             common["retry_after_s"] = parse_retry_after(raw.headers.get("retry-after"), now_s=self._clock())
@@ -386,22 +408,42 @@ class Fetcher:
 
     # -- robots.txt ----------------------------------------------------------------
 
-    async def _arobots_policy(self, session: aiohttp.ClientSession, url: str) -> RobotsPolicy:
+    async def _arobots_policy(self, session: aiohttp.ClientSession, url: str) -> tuple[RobotsPolicy, bool]:
+        """(the origin's policy, whether this call fetched robots.txt for it)."""
         origin = origin_of(url)
         policy = self.robots.get(origin)
         if policy is not None:
-            return policy
+            return policy, False
+        fresh = False
         lock = self._robots_locks.setdefault(origin, asyncio.Lock())
         try:
             async with lock:  # one robots.txt fetch per origin, however many pages wait
                 policy = self.robots.get(origin)
                 if policy is None:
-                    policy = await self._afetch_robots(session, origin)
-                    self.robots.put(origin, policy)
+                    imported = await self._aimported_robots(origin)
+                    if imported is not None:  # obeyed until it expires; robots.txt is not requested
+                        policy, ttl_s = imported
+                        self.robots.put(origin, policy, ttl_s=ttl_s)
+                    else:
+                        policy = await self._afetch_robots(session, origin)
+                        self.robots.put(origin, policy)
+                        fresh = True
         finally:
             if not lock.locked():
                 self._robots_locks.pop(origin, None)
-        return policy
+        return policy, fresh
+
+    async def _aimported_robots(self, origin: str) -> tuple[RobotsPolicy, float] | None:
+        """The origin's imported robots.txt (``crawlstream migrate``) and its seconds left, if any."""
+        if self._imported_robots is None:
+            return None
+        found = await asyncio.to_thread(self._imported_robots, origin)
+        if found is None:
+            return None
+        ttl_s = found.expires_at_ms / 1000 - self._clock()
+        if ttl_s <= 0:
+            return None
+        return RobotsPolicy.parse(found.body[:MAX_ROBOTS_BYTES]), ttl_s
 
     async def _afetch_robots(self, session: aiohttp.ClientSession, origin: str) -> RobotsPolicy:
         target = origin + "/robots.txt"

@@ -20,6 +20,7 @@ Outcome = Literal[
     "redirect",
     "too_large",
     "error",
+    "excluded",  # not fetched: the operator excluded the domain after the request was released
 ]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
 
@@ -57,6 +58,8 @@ class FetchOutcome:
     ``body`` holds at most the configured cap of *decoded* bytes; ``truncated`` says the
     server had more. ``retry_after_s`` comes from Retry-After on 429/503, or is the
     robots.txt back-off when robots.txt was unavailable (5xx / network error).
+    ``robots_sitemaps`` is set only on the attempt that read the host's robots.txt: the
+    sitemaps it names (``crawlstream.sitemaps.robots_sitemaps``); None on every other one.
     """
 
     url: str
@@ -73,6 +76,7 @@ class FetchOutcome:
     redirect_location: str | None = None
     retry_after_s: float | None = None
     crawl_delay_s: float | None = None
+    robots_sitemaps: tuple[str, ...] | None = None
     attempt: int = 0
     fetched_at_ms: int = 0
 
@@ -98,13 +102,23 @@ def parse_retry_after(value: str | None, *, now_s: float) -> float | None:
     return min(max(0.0, when.timestamp() - now_s), MAX_RETRY_AFTER_S)
 
 
+# Repeated headers whose values all count: joined with ", " (RFC 9110 §5.3). A server sends
+# one X-Robots-Tag per crawler ("otherbot: noindex", "crawlstream: nofollow").
+_JOINED_HEADERS = frozenset({"x-robots-tag"})
+
+
 def kept_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The bounded header subset: lowercased names, first value wins, long values cut."""
+    """The bounded header subset: lowercased names, first value wins (X-Robots-Tag: all
+    values, joined with ", "), long values cut."""
     kept: dict[str, str] = {}
     for name, value in items:
         key = name.lower()
-        if key in KEPT_HEADERS and key not in kept:
+        if key not in KEPT_HEADERS:
+            continue
+        if key not in kept:
             kept[key] = value[:MAX_HEADER_VALUE_CHARS]
+        elif key in _JOINED_HEADERS:
+            kept[key] = f"{kept[key]}, {value}"[:MAX_HEADER_VALUE_CHARS]
     return kept
 
 

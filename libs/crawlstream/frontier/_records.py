@@ -110,7 +110,10 @@ def decode_records(
         if zlib.crc32(payload) != crc:
             break
         url_key, discovered_at_ms, depth, attempt = _FIXED.unpack_from(payload)
-        url = bytes(payload[_FIXED.size :]).decode("utf-8", "surrogatepass")
+        try:
+            url = bytes(payload[_FIXED.size :]).decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            break  # the CRC matched bytes no encoder writes: corrupt all the same
         pos = start + length
         out.append((FrontierEntry(domain, url, url_key, depth, discovered_at_ms, attempt), base_offset + pos))
     return out, base_offset + pos

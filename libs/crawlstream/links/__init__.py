@@ -1,6 +1,14 @@
-"""Link extraction from HTML and crawl scope rules (pure)."""
+"""Link extraction from HTML, page robots directives and crawl scope rules (pure)."""
 
 from crawlstream.links._charset import decode_html, sniff_charset
+from crawlstream.links._directives import (
+    DEFAULT_AGENT_TOKEN,
+    RobotsDirectives,
+    document_head,
+    page_directives,
+    parse_robots_content,
+    parse_x_robots_tag,
+)
 from crawlstream.links._extract import (
     ExtractedLink,
     Extraction,
@@ -13,14 +21,20 @@ from crawlstream.links._recent import RecentUrls
 from crawlstream.links._scope import Scope
 
 __all__ = [
+    "DEFAULT_AGENT_TOKEN",
     "ExtractedLink",
     "Extraction",
     "RecentUrls",
+    "RobotsDirectives",
     "Scope",
     "decode_html",
+    "document_head",
     "extract_links",
     "extract_links_with_stats",
+    "page_directives",
     "parse_refresh",
+    "parse_robots_content",
+    "parse_x_robots_tag",
     "resolve_candidates",
     "sniff_charset",
 ]

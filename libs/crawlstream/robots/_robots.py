@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 __all__ = [
+    "MAX_CRAWL_DELAY_S",
     "MAX_ROBOTS_BYTES",
     "MAX_ROBOTS_REDIRECTS",
     "RobotsCache",
@@ -37,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309 §2.5: parse at least 500 KiB; we parse exactly that.
 MAX_ROBOTS_REDIRECTS = 5  # RFC 9309 §2.3.1.2
+MAX_CRAWL_DELAY_S = 86400.0
+"""Longest Crawl-delay honoured (a day, the policy cache's lifetime): a larger or overflowing
+value from a hostile robots.txt becomes this, never a number the scheduler cannot add."""
 
 PolicyKind = Literal["parsed", "allow_all", "disallow_all"]
 
@@ -156,14 +160,18 @@ class RobotsPolicy:
         return self.decide(url, user_agent).allowed
 
     def crawl_delay_s(self, user_agent: str) -> float | None:
+        """Crawl-delay (or Request-rate's seconds per request), at most MAX_CRAWL_DELAY_S."""
         if self._parser is None:
             return None
         delay = self._parser.crawl_delay(user_agent)
         if delay is None:
             rate = self._parser.request_rate(user_agent)
             if rate is not None and rate.requests > 0:
+                # Compared as ints before dividing: "Request-rate: 1/<400 digits>" overflows a float.
+                if rate.seconds >= int(MAX_CRAWL_DELAY_S) * rate.requests:
+                    return MAX_CRAWL_DELAY_S
                 delay = rate.seconds / rate.requests
-        return float(delay) if delay is not None else None
+        return min(float(delay), MAX_CRAWL_DELAY_S) if delay is not None else None
 
     @property
     def sitemaps(self) -> list[str]:
@@ -203,8 +211,12 @@ class RobotsCache:
         self._entries.move_to_end(origin)
         return policy
 
-    def put(self, origin: str, policy: RobotsPolicy) -> None:
-        ttl_s = self._ttl_s if policy.backoff_s is None else min(self._ttl_s, policy.backoff_s)
+    def put(self, origin: str, policy: RobotsPolicy, ttl_s: float | None = None) -> None:
+        """Cache ``policy``; ``ttl_s`` (an imported body's time left) shortens the cache's lifetime."""
+        if ttl_s is None or ttl_s > self._ttl_s:
+            ttl_s = self._ttl_s
+        if policy.backoff_s is not None:
+            ttl_s = min(ttl_s, policy.backoff_s)
         self._entries[origin] = (self._clock() + ttl_s, policy)
         self._entries.move_to_end(origin)
         while len(self._entries) > self._max_entries:

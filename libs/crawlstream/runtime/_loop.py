@@ -130,7 +130,8 @@ class ServiceLoop:
 
     ``producers`` are flushed after each batch (pass every producer the handler writes
     to); ``dlq_producer`` receives dead letters. ``registry`` holds the loop's counters (a
-    private one when None; libraries never touch the global registry).
+    private one when None; libraries never touch the global registry). ``heartbeat`` is
+    called after every iteration, empty or not (``Heartbeat.beat``: the liveness probe's file).
     """
 
     def __init__(
@@ -151,8 +152,10 @@ class ServiceLoop:
         registry: CollectorRegistry | None = None,
         stop_event: threading.Event | None = None,
         clock_ms: Callable[[], int] | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self._service = service
+        self._heartbeat = heartbeat
         self._consumer = consumer
         self._topics = list(topics)
         self._codec = codec
@@ -236,6 +239,7 @@ class ServiceLoop:
                 break
         while self._handler.unfinished():  # finish what was started, so nothing replays
             self._finish_batch()
+            self._beat()
             time.sleep(self._busy_poll_timeout_s)
         self._finish_batch(force=True)
         logger.info("%s: stopped", self._service)
@@ -265,7 +269,12 @@ class ServiceLoop:
         # An idle loop commits at once: deferring saves nothing then, and the drain check
         # of `crawlstream run` waits for every group's commit.
         self._finish_batch(force=not messages and not self._handler.unfinished())
+        self._beat()
         return len(messages)
+
+    def _beat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat()
 
     def _finish_batch(self, force: bool = False) -> None:
         self._handler.end_batch()

@@ -113,8 +113,12 @@ class SchedulerSettings:
         2.0, "next request waits at least this multiple of the last response time", check=non_negative
     )
     max_in_flight_per_domain: int = setting(1, "concurrent requests per domain", check=positive)
-    max_backoff_s: float = setting(3600.0, "cap of the exponential back-off on 429/503/timeouts", check=positive)
-    max_retries: int = setting(2, "retries of a timed-out or 5xx URL before it is given up", check=non_negative)
+    max_backoff_s: float = setting(
+        3600.0, "cap of the exponential back-off on 429/503/timeouts/DNS failures", check=positive
+    )
+    max_retries: int = setting(
+        2, "retries of a timed-out, 5xx or DNS-failed URL before it is given up", check=non_negative
+    )
     max_pages_per_domain: int = setting(100_000, "page budget per domain", check=positive)
     max_depth: int = setting(20, "links deeper than this from a seed are not scheduled", check=non_negative)
     lease_s: float = setting(
@@ -226,9 +230,39 @@ class StoreSettings:
         "recompress/close (a kill -9 loses nothing, a power loss may), 'never' leaves it to the OS",
         check=one_of("always", "batch", "never"),
     )
-    warm_after_s: float = setting(7 * 86400.0, "age after which hot records move to the warm tier", check=positive)
-    cold_after_s: float = setting(30 * 86400.0, "age after which records move to the cold tier", check=positive)
-    archive_after_s: float = setting(90 * 86400.0, "age after which records move to the archive tier", check=positive)
+    warm_after_s: float = setting(
+        7 * 86400.0, "age after which hot records move to the warm tier (0: at the next maintenance step)",
+        check=non_negative,
+    )
+    cold_after_s: float = setting(30 * 86400.0, "age after which records move to the cold tier", check=non_negative)
+    archive_after_s: float = setting(
+        90 * 86400.0, "age after which records move to the archive tier", check=non_negative
+    )
+    maintenance_interval_s: float = setting(
+        60.0,
+        "seconds between two bounded maintenance steps (tiering by age, then compaction) run by the bucket "
+        "compressor on a background thread; 0: only `crawlstream store maintain` runs them",
+        check=non_negative,
+    )
+    maintenance_budget_bytes: int = setting(
+        32 * 1024 * 1024,
+        "raw page bytes one maintenance step reads and rewrites at most: bounds its duration and memory "
+        "(a step holds about twice this plus its zstd contexts)",
+        check=positive,
+    )
+    maintenance_memory_bytes: int = setting(
+        256 * 1024 * 1024,
+        "memory a maintenance step aims at: dictionary training reads at most a quarter of it as samples "
+        "(fastCOVER peaks near 4x its samples); the level-22 context of the global dictionary comes on top "
+        "(ADR 018: a default pass peaked at +333 MB on the 957-page set)",
+        check=positive,
+    )
+    compact_dead_ratio: float = setting(
+        0.5,
+        "a segment whose dead share (deleted, replaced or moved records) reaches this is compacted: its live "
+        "records are rewritten into its tier and the file deleted",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
@@ -339,7 +373,13 @@ class CrawlSettings:
     """Options of `crawlstream run` (the embedded crawl)."""
 
     dataset_id: int = setting(1, "dataset id the crawl's pages are recorded under in the lake", check=non_negative)
-    max_pages: int = setting(0, "stop after this many pages (0 = no limit)", flag="--max-pages", check=non_negative)
+    max_pages: int = setting(
+        0,
+        "stop after exactly this many pages, counted over resumed runs (the schedulers release none "
+        "beyond it; 0 = no limit)",
+        flag="--max-pages",
+        check=non_negative,
+    )
     allowed_domains: tuple[str, ...] = setting(
         (), "registered domains the crawl may enter (comma list; empty = every domain)"
     )
@@ -354,6 +394,22 @@ class CrawlSettings:
         "consecutive checks that must find every topic consumed and the scheduler idle before "
         "--exit-when-done ends the crawl",
         check=positive,
+    )
+    obey_robots_directives: bool = setting(
+        True,
+        "obey rel=nofollow, <meta name=robots> (or name=<our product token>) and X-Robots-Tag: nofollow links "
+        "are not followed, noindex pages are stored but kept out of the lake and the URL index (off = ignore them)",
+    )
+    sitemaps: bool = setting(
+        True, "follow the sitemaps robots.txt names (or the host's /sitemap.xml when it names none)"
+    )
+    sitemap_max_bytes: int = setting(
+        50 * 1024 * 1024,
+        "a sitemap larger than this once gunzipped is skipped, counted too_large (the protocol's limit is 50 MB)",
+        check=positive,
+    )
+    sitemap_max_urls: int = setting(
+        50_000, "URLs taken from one sitemap; the rest are counted and dropped (the protocol's limit)", check=positive
     )
 
 
@@ -372,6 +428,12 @@ class Settings:
         None, "Confluent Schema Registry; unset = ids from schemas/registry.json", env="SCHEMA_REGISTRY_URL"
     )
     log_level: str = setting("INFO", "logging level", check=one_of("DEBUG", "INFO", "WARNING", "ERROR"))
+    heartbeat_file: Path | None = setting(
+        None,
+        "`crawlstream service`: a file the service's loop touches every few seconds, removed on exit; "
+        "liveness/readiness probes check its age (deploy/k8s). Unset = none",
+        env="CRAWLSTREAM_HEARTBEAT_FILE",
+    )
     bus: BusSettings = field(default_factory=BusSettings)
     dedupe: DedupeSettings = field(default_factory=DedupeSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)

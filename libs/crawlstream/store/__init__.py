@@ -3,7 +3,8 @@
 Append-only segments of independently decompressible zstd frames (fixed headers in skippable
 frames, IIPC warc-zstd style; URL/title metadata inside the compressed frame), per-domain and
 global trained dictionaries, tiers hot/warm/cold/archive with crash-safe recompression (cold and
-archive pages grouped several per zstd frame, each still read alone), an
+archive pages grouped several per zstd frame, each still read alone) in bounded maintenance
+steps that do not stall puts, compaction of dead space (ADR 018), an
 index url_key -> location (a zstd-compressed snapshot + a log) with tombstones and tags,
 checksums verified on every read and damaged regions quarantined.
 See docs/decisions/002-content-store-layout.md for the layout and its measurements.
@@ -34,6 +35,7 @@ from crawlstream.store._codec import (
     scan_records,
 )
 from crawlstream.store._dicts import GLOBAL_DOMAIN, DictInfo, DictionaryStore
+from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._model import TIERS, Entry, Location, Problem
 from crawlstream.store._store import ContentStore, RecompressReport, StoreStats, VerifyReport
 from crawlstream.store._warc import export_warc
@@ -56,6 +58,7 @@ __all__ = [
     "RecompressReport",
     "RecordHeader",
     "ScanItem",
+    "StoreMaintainer",
     "StoreStats",
     "TornRecord",
     "UnsupportedFormat",

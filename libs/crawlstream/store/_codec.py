@@ -97,6 +97,10 @@ _PAYLOAD_SIZE = _HEADER.size + _CRC.size
 MAX_META_BYTES = 1 << 20
 _SNAP_MAGIC = b"CSIX3\n"
 _U32 = struct.Struct("<I")
+_MAX_ZSTD_RATIO = 32768
+"""No zstd frame decompresses to more than this many bytes per stored byte (a 4-byte RLE block
+yields at most 128 KiB): a header that claims more is corrupt, whatever its crc32 says."""
+_JSON_ERRORS = (ValueError, RecursionError)  # RecursionError: nesting deeper than the C parser's stack
 
 
 class TornRecord(BadDataError):
@@ -141,7 +145,7 @@ def decode_meta(data: bytes | memoryview) -> dict[str, Any]:
     """Inverse of ``encode_meta``; ChecksumMismatch if the bytes are not a metadata line."""
     try:
         meta = json.loads(bytes(data))
-    except ValueError as exc:
+    except _JSON_ERRORS as exc:
         raise ChecksumMismatch("record metadata inside the frame is not JSON") from exc
     if not isinstance(meta, dict):
         raise ChecksumMismatch("record metadata inside the frame is not a JSON object")
@@ -312,9 +316,21 @@ def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHead
     header_size = _SKIP.size + size
     if offset + header_size + frame_size > end:
         raise TornRecord(f"record at offset {offset} ends past the end of the data")
-    return RecordHeader(
+    header = RecordHeader(
         kind, dict_id, url_key, seq, fetched_at_ms, raw_size, frame_size, bytes(chash), fsum, meta_len, header_size
     )
+    _check_expansion(header, offset)
+    return header
+
+
+def _check_expansion(header: RecordHeader | GroupHeader, offset: int) -> None:
+    """ChecksumMismatch if the header claims more content than its frame could hold: readers
+    size their buffers from these fields, so a bogus one must never reach them."""
+    if header.content_size > header.frame_size * _MAX_ZSTD_RATIO:
+        raise ChecksumMismatch(
+            f"record at offset {offset} claims {header.content_size} content bytes from a "
+            f"{header.frame_size}-byte zstd frame, more than zstd can expand: the header is corrupt"
+        )
 
 
 def _group_shaped(size: int) -> bool:
@@ -347,7 +363,9 @@ def _decode_group_header(view: memoryview, offset: int, start: int, size: int) -
     header_size = _SKIP.size + size
     if offset + header_size + frame_size > len(view):
         raise TornRecord(f"group record at offset {offset} ends past the end of the data")
-    return GroupHeader(dict_id, frame_size, fsum, tuple(members), header_size)
+    header = GroupHeader(dict_id, frame_size, fsum, tuple(members), header_size)
+    _check_expansion(header, offset)
+    return header
 
 
 def _v1_crc_ok(view: memoryview, start: int, size: int) -> bool:
@@ -377,6 +395,8 @@ def scan_records(buf: bytes | memoryview, start: int = 0) -> Iterator[ScanItem]:
     ``frame_ok=False``: its members carry their own checksums, so the intact ones can still
     be read. An incomplete final record is a ``torn`` region (a crash mid-append).
     """
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)  # _resync searches view.obj, which for a memoryview slice is the whole parent
     view = memoryview(buf)
     pos = start
     end = len(view)
@@ -431,7 +451,8 @@ def decode_log_records(buf: bytes) -> tuple[list[dict[str, Any]], int, int]:
     """Decode a log buffer: (records, valid_end, skipped).
 
     Stops at a torn tail (``valid_end`` is where the file should be truncated); a record
-    whose crc fails but whose length is plausible is skipped and counted.
+    whose crc fails but whose length is plausible is skipped and counted, and so is one
+    whose payload is not a JSON object.
     """
     out: list[dict[str, Any]] = []
     pos = 0
@@ -447,8 +468,12 @@ def decode_log_records(buf: bytes) -> tuple[list[dict[str, Any]], int, int]:
             skipped += 1
         else:
             try:
-                out.append(json.loads(payload))
-            except ValueError:
+                record = json.loads(payload)
+            except _JSON_ERRORS:
+                record = None
+            if isinstance(record, dict):
+                out.append(record)
+            else:
                 skipped += 1
         pos = stop
     return out, pos, skipped
@@ -509,15 +534,25 @@ def decode_index_snapshot(
     ChecksumMismatch if the snapshot is damaged (zstd content checksum, layout) and
     UnsupportedFormat if it is another layout version.
     """
+    # Streamed, not ZstdDecompressor.decompress(): that allocates the content size written in
+    # the frame header up front, and no checksum covers that field (a flipped bit asked for 1 TiB).
+    dobj = zstd.ZstdDecompressor().decompressobj()
     try:
-        content = zstd.ZstdDecompressor().decompress(data)
+        content = dobj.decompress(data)
     except zstd.ZstdError as exc:
         raise ChecksumMismatch(f"index snapshot does not decompress: {exc}") from exc
+    if not dobj.eof or dobj.unused_data:
+        raise ChecksumMismatch(f"index snapshot of {len(data)} bytes is not exactly one whole zstd frame")
+    if not zstd.get_frame_parameters(data).has_checksum:
+        # Written with one; a flipped flag bit would switch the check off and let damage through.
+        raise ChecksumMismatch("index snapshot frame has lost its content checksum flag")
     if not content.startswith(_SNAP_MAGIC):
         if content.startswith(b"CSIX"):
             raise UnsupportedFormat(f"index snapshot is layout {content[:5]!r}, this build reads {_SNAP_MAGIC[:5]!r}")
         raise ChecksumMismatch("index snapshot does not start with its magic")
     pos = len(_SNAP_MAGIC)
+    if len(content) < pos + _U32.size:
+        raise ChecksumMismatch(f"index snapshot of {len(content)} bytes ends inside its header")
     (meta_len,) = _U32.unpack_from(content, pos)
     pos += _U32.size
     try:
@@ -553,5 +588,7 @@ def decode_index_snapshot(
                 rec["r"] = [segs[ref[0]], ref[1], ref[2]]
             out.append(rec)
         return int(head["gen"]), out, {str(k): int(v) for k, v in head["ends"].items()}
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+    # Wrong JSON types show up as any of these (an int where a str was: AttributeError; inf
+    # where an int was: OverflowError); key_of's InvalidUrl is a ValueError.
+    except (KeyError, IndexError, TypeError, AttributeError, OverflowError, *_JSON_ERRORS) as exc:
         raise ChecksumMismatch(f"index snapshot is malformed: {exc!r}") from exc

@@ -20,7 +20,7 @@ from crawlstream.errors import ChecksumMismatch
 from crawlstream.store._codec import decode_log_records, encode_log_record
 from crawlstream.store._files import AppendFile
 
-__all__ = ["FIRST_DICT_ID", "GLOBAL_DOMAIN", "DictInfo", "DictionaryStore"]
+__all__ = ["FIRST_DICT_ID", "GLOBAL_DOMAIN", "DictCodecs", "DictInfo", "DictionaryStore"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,15 +118,7 @@ class DictionaryStore:
         key = (level, dict_id)
         comp = self._compressors.get(key)
         if comp is None:
-            if dict_id:
-                # A dictionary object of its own per level: precompute_compress() frees the CDict a
-                # compressor of another level still points at (frames then carry a garbage
-                # dictionary id and never decode again: "Dictionary mismatch").
-                d = zstd.ZstdCompressionDict(self._dict(dict_id).as_bytes())
-                d.precompute_compress(level=level)
-                comp = zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
-            else:
-                comp = zstd.ZstdCompressor(level=level, write_checksum=False)
+            comp = _new_compressor(level, self._dict(dict_id).as_bytes() if dict_id else b"")
             self._compressors[key] = comp
         return comp
 
@@ -136,6 +128,17 @@ class DictionaryStore:
             dec = zstd.ZstdDecompressor(dict_data=self._dict(dict_id)) if dict_id else zstd.ZstdDecompressor()
             self._decompressors[dict_id] = dec
         return dec
+
+    def private_codecs(self, *, max_compressors: int = 1, max_decompressors: int = 2) -> DictCodecs:
+        """Compressors and decompressors for one other thread (store maintenance).
+
+        zstd contexts are not thread-safe, and the ones above serve puts and reads: a thread
+        that compresses or decompresses beside them needs contexts of its own. These are
+        built from copies of the dictionary bytes and only the last one (compressors) or two
+        (decompressors) are kept: a level-22 compressor on the 8 MB global dictionary holds
+        well over 100 MB of tables, and a batch is sorted by domain, so it rarely switches.
+        """
+        return DictCodecs(self, max_compressors=max_compressors, max_decompressors=max_decompressors)
 
     def preload(self, budget_bytes: int) -> int:
         """Load the current dictionaries (global first) into ready decompressors, up to ``budget_bytes``.
@@ -167,3 +170,49 @@ class DictionaryStore:
 
     def close(self) -> None:
         self._log.close()
+
+
+def _new_compressor(level: int, dict_bytes: bytes) -> zstd.ZstdCompressor:
+    if not dict_bytes:
+        return zstd.ZstdCompressor(level=level, write_checksum=False)
+    # A dictionary object of its own per compressor: precompute_compress() frees the CDict a
+    # compressor of another level still points at (frames then carry a garbage dictionary id
+    # and never decode again: "Dictionary mismatch").
+    d = zstd.ZstdCompressionDict(dict_bytes)
+    d.precompute_compress(level=level)
+    return zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
+
+
+class DictCodecs:
+    """zstd contexts of one thread over a ``DictionaryStore``'s dictionaries (least recently used dropped)."""
+
+    def __init__(self, store: DictionaryStore, *, max_compressors: int, max_decompressors: int) -> None:
+        self._store = store
+        self._max_compressors = max(1, max_compressors)
+        self._max_decompressors = max(1, max_decompressors)
+        self._compressors: dict[tuple[int, int], zstd.ZstdCompressor] = {}
+        self._decompressors: dict[int, zstd.ZstdDecompressor] = {}
+
+    def compressor(self, level: int, dict_id: int) -> zstd.ZstdCompressor:
+        key = (level, dict_id)
+        comp = self._compressors.pop(key, None)
+        if comp is None:
+            while len(self._compressors) >= self._max_compressors:
+                self._compressors.pop(next(iter(self._compressors)))
+            comp = _new_compressor(level, self._store._dict(dict_id).as_bytes() if dict_id else b"")
+        self._compressors[key] = comp  # most recently used last
+        return comp
+
+    def decompressor(self, dict_id: int) -> zstd.ZstdDecompressor:
+        dec = self._decompressors.pop(dict_id, None)
+        if dec is None:
+            while len(self._decompressors) >= self._max_decompressors:
+                self._decompressors.pop(next(iter(self._decompressors)))
+            raw = self._store._dict(dict_id).as_bytes() if dict_id else b""
+            dec = zstd.ZstdDecompressor(dict_data=zstd.ZstdCompressionDict(raw)) if raw else zstd.ZstdDecompressor()
+        self._decompressors[dict_id] = dec
+        return dec
+
+    def clear(self) -> None:
+        self._compressors.clear()
+        self._decompressors.clear()

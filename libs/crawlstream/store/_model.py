@@ -54,6 +54,7 @@ class Entry:
     status: int | None = None
     tags: set[str] = field(default_factory=set)
     record_segment: str = ""  # segment of this URL's own reference record (dedupe), if any
+    record_bytes: int = 0  # that reference record's length when known (0: unknown; space accounting only)
 
 
 @dataclass(frozen=True)
@@ -65,3 +66,4 @@ class Problem:
     length: int
     kind: str  # "corrupt" | "torn"
     detail: str = ""
+    urls: tuple[str, ...] = ()  # live URLs whose body was in the region (lost until re-fetched)

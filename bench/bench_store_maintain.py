@@ -1,0 +1,146 @@
+"""Store maintenance (ADR 018): MB/s and peak memory of a pass, bounded vs unbounded, and read p99 per tier.
+
+Pages: a random sample of the real pages of ../shared/data/html (``--quick``: 150 pages,
+~21 MB; full: all 957, ~123 MB, which takes ~10 min at level 22). Each measurement runs in
+a forked child that builds its own store (hot puts) and then runs one maintenance pass with
+every tier age at zero (everything to the archive tier, production levels and dictionary
+sizes): ``bounded`` with the default budgets (``maintenance_budget_bytes`` 32 MiB,
+``maintenance_memory_bytes`` 256 MiB), ``unbounded`` with both at 1 TiB, which is one batch
+holding every body, like the pass before ADR 018. Memory: peak RSS growth of the child
+during the pass (after the puts). Reads (always on the 150-page sample): single-page reads in
+random order (CPU time of the reading thread, warm) after putting (hot) and after moving the
+same store to warm, then cold, then archive.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import resource
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench._harness import latency_ms, main
+
+READS = 300
+QUICK_PAGES = 150
+_HUGE = 1 << 40
+
+
+def _pages(quick: bool) -> list[tuple[str, bytes]]:
+    from bench.bench_store import _load
+
+    pages = [(url, body) for url, _, body in _load(False)]
+    return random.Random(1).sample(pages, QUICK_PAGES) if quick else pages
+
+
+def _in_child(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    ctx = mp.get_context("fork")
+    queue: Any = ctx.Queue()
+
+    def target() -> None:
+        queue.put(fn())
+
+    proc = ctx.Process(target=target)
+    proc.start()
+    result = queue.get(timeout=3600)
+    proc.join()
+    return dict(result)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _pass(pages: list[tuple[str, bytes]], budget: int, memory: int) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = ContentStore(Path(tmp), maintenance_budget_bytes=budget, maintenance_memory_bytes=memory)
+            for url, body in pages:
+                store.put(url, body, fetched_at_ms=0)
+            store.sync()
+            rss_before = _rss_mb()
+            max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            steps: list[float] = []
+            t = time.perf_counter()
+            report = store.maintain(ages_zero=True, progress=lambda r: steps.append(time.perf_counter()))
+            elapsed = time.perf_counter() - t
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            st = store.stats()
+            store.close()
+        raw = sum(len(b) for _, b in pages)
+        gaps = [b - a for a, b in zip([t, *steps], steps, strict=False)]
+        return {
+            "pages": len(pages),
+            "raw_bytes": raw,
+            "pass_s": round(elapsed, 1),
+            "mb_per_s": round(raw / 1e6 / elapsed, 3),
+            "steps": len(steps),
+            "longest_step_s": round(max(gaps, default=0.0), 1),
+            "dictionaries_trained": report.dictionaries_trained,
+            "ratio": round(st.ratio, 3),
+            "stored_bytes": st.stored_bytes,
+            "rss_before_mb": round(rss_before, 1),
+            "maxrss_before_mb": round(max_before, 1),
+            "maxrss_after_mb": round(peak, 1),
+            # growth over the RSS the pass started with; None: the pass never exceeded the puts' peak
+            "peak_rss_growth_mb": round(peak - rss_before, 1) if peak > max_before else None,
+        }
+
+    return run
+
+
+def _reads_per_tier(pages: list[tuple[str, bytes]]) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore
+
+        rng = random.Random(2)
+        sample = [rng.choice(pages)[0] for _ in range(READS)]
+        out: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            store = ContentStore(Path(tmp))
+            for url, body in pages:
+                store.put(url, body, fetched_at_ms=0)
+
+            def measure(tier: str) -> None:
+                assert {store.entry(u).location.tier for u in sample} == {tier}  # type: ignore[union-attr]
+                cpu: list[float] = []
+                for url in sample:
+                    t = time.thread_time()
+                    store.get(url)
+                    cpu.append(time.thread_time() - t)
+                out[tier] = latency_ms(cpu)
+
+            measure("hot")
+            for tier in ("warm", "cold", "archive"):
+                store.recompress(0, tier=tier, now_ms=1)
+                measure(tier)
+            store.close()
+        return out
+
+    return run
+
+
+def run(quick: bool) -> dict[str, Any]:
+    pages = _pages(quick)
+    sample = _pages(True)
+    return {
+        "pages": len(pages),
+        "raw_bytes": sum(len(b) for _, b in pages),
+        "pass_bounded_default_budgets": _in_child(_pass(pages, 32 * 1024 * 1024, 256 * 1024 * 1024)),
+        "pass_unbounded_one_batch": _in_child(_pass(pages, _HUGE, _HUGE)),
+        "read_cpu_per_tier_150_pages": _in_child(_reads_per_tier(sample)),
+    }
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,358 @@
+"""deploy/k8s: both overlays render with kustomize and validate with zero errors against the
+Kubernetes schemas and the CRDs' schemas; what they say agrees with the code (services,
+groups, topics, TopicPolicy, settings)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+from deploy_support import (
+    K8S,
+    OVERLAYS,
+    by_name,
+    custom_resource_errors,
+    is_builtin,
+    kubernetes_errors,
+    of_kind,
+    render,
+)
+
+from crawlstream.bus._topic_policy import TopicPolicy
+from crawlstream.services import SERVICE_NAMES, package_for
+from crawlstream.settings import Settings, iter_specs, load
+from crawlstream.topics import ALL_TOPICS, dlq_topic
+
+Docs = list[dict[str, Any]]
+
+# The consumers whose design allows one process only (services/*/README.md, "Scaling"): the
+# content store takes one writer per root. They run one replica, Recreate, no ScaledObject.
+SINGLE_WRITERS = frozenset({"bucket-compressor"})
+# Brokers a production cluster has at least (overlays/prod/kustomization.yaml says so).
+PROD_MIN_BROKERS = 3
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def overlay(request: pytest.FixtureRequest) -> tuple[str, Docs]:
+    return request.param, _rendered(request.param)
+
+
+_RENDERED: dict[str, Docs] = {}
+
+
+def _rendered(name: str) -> Docs:
+    if name not in _RENDERED:
+        _RENDERED[name] = render(name)
+    return _RENDERED[name]
+
+
+def _config(docs: Docs) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for d in of_kind(docs, "ConfigMap"):
+        data.update(d["data"])
+    for d in of_kind(docs, "Secret"):
+        data.update(d["stringData"])
+    return data
+
+
+def _crawlstream_deployments(docs: Docs) -> dict[str, dict[str, Any]]:
+    """Service name -> its Deployment (the dev overlay's Redis is not one of them)."""
+    roles = {}
+    for d in of_kind(docs, "Deployment"):
+        (container, *_) = d["spec"]["template"]["spec"]["containers"]
+        if container.get("args", [""])[0] == "service":
+            roles[container["args"][1]] = d
+    return roles
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _service_module(name: str) -> Any:
+    return importlib.import_module(package_for(name) + ".main")
+
+
+def _consumers() -> dict[str, Any]:
+    """Service name -> its main module, for every service with a consumer group."""
+    return {n: m for n in SERVICE_NAMES if hasattr(m := _service_module(n), "GROUP")}
+
+
+# -- schemas -------------------------------------------------------------------------------
+
+
+def test_each_overlay_directory_lists_every_manifest_it_holds() -> None:
+    for directory in [K8S / "base", *(K8S / "overlays" / o for o in OVERLAYS)]:
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
+        assert {r for r in kustomization["resources"] if not r.startswith("..")} == files, directory
+
+
+def test_every_builtin_object_validates_against_the_kubernetes_schema(overlay: tuple[str, Docs]) -> None:
+    name, docs = overlay
+    errors = {f"{d['kind']}/{d['metadata']['name']}": e for d in docs if is_builtin(d) and (e := kubernetes_errors(d))}
+    assert errors == {}, f"overlays/{name}"
+    assert {d["kind"] for d in docs if is_builtin(d)} >= {
+        "Namespace",
+        "ConfigMap",
+        "Secret",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    }
+
+
+def test_every_custom_resource_validates_against_its_crd(overlay: tuple[str, Docs], shared_data: Path) -> None:
+    name, docs = overlay
+    crds = shared_data / "k8s-crds"
+    custom = [d for d in docs if not is_builtin(d)]
+    errors = {f"{d['kind']}/{d['metadata']['name']}": e for d in custom if (e := custom_resource_errors(d, crds))}
+    assert errors == {}, f"overlays/{name}"
+    kinds = {d["kind"] for d in custom}
+    assert {"ScaledObject", "KafkaTopic", "PodMonitor"} <= kinds
+    if name == "dev":
+        assert {"Kafka", "KafkaNodePool"} <= kinds
+
+
+def test_the_strict_crd_check_rejects_an_unknown_field(shared_data: Path) -> None:
+    """The CRD check would catch a typo (the API server silently prunes unknown fields)."""
+    (topic, *_) = of_kind(_rendered("prod"), "KafkaTopic")
+    typo = {**topic, "spec": {**topic["spec"], "partition": 3}}
+    assert custom_resource_errors(typo, shared_data / "k8s-crds")
+
+
+def test_every_object_name_is_a_valid_kubernetes_name(overlay: tuple[str, Docs]) -> None:
+    subdomain = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    for d in overlay[1]:
+        assert subdomain.match(d["metadata"]["name"]) and len(d["metadata"]["name"]) <= 253, d["metadata"]
+
+
+# -- services ------------------------------------------------------------------------------
+
+
+def test_every_service_has_one_deployment_running_its_role(overlay: tuple[str, Docs]) -> None:
+    roles = _crawlstream_deployments(overlay[1])
+    assert sorted(roles) == sorted(SERVICE_NAMES)
+    for d in roles.values():
+        container = _container(d)
+        assert d["spec"]["selector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+        mounts = {m["name"] for m in container["volumeMounts"]}
+        assert mounts <= {v["name"] for v in d["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_config_sets_only_variables_the_code_reads(overlay: tuple[str, Docs]) -> None:
+    data = _config(overlay[1])
+    assert set(data) <= {spec.env for spec in iter_specs(Settings)}
+    assert {"KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "CRAWLSTREAM_DATA_DIR", "CRAWLSTREAM_HEARTBEAT_FILE"} <= set(data)
+    load(data, None)  # every value is valid: the services would start with it
+
+
+def test_every_pod_runs_as_non_root_on_a_read_only_root_without_capabilities(overlay: tuple[str, Docs]) -> None:
+    for d in of_kind(overlay[1], "Deployment"):
+        pod = d["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, d["metadata"]["name"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"]["drop"] == ["ALL"]
+
+
+def _writable_dirs(deployment: dict[str, Any]) -> list[PurePosixPath]:
+    return [PurePosixPath(m["mountPath"]) for m in _container(deployment)["volumeMounts"] if not m.get("readOnly")]
+
+
+def test_every_service_is_probed_and_has_time_to_drain_on_sigterm(overlay: tuple[str, Docs]) -> None:
+    """SIGTERM: each service finishes its batch, flushes, commits and leaves its group
+    (services/_host.py); the grace period covers it. Non-HTTP services are probed on the
+    age of the heartbeat file their loop touches, which must be on a writable volume."""
+    docs = overlay[1]
+    heartbeat = PurePosixPath(_config(docs)["CRAWLSTREAM_HEARTBEAT_FILE"])
+    for name, d in _crawlstream_deployments(docs).items():
+        container = _container(d)
+        assert d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 60, name
+        assert "readinessProbe" in container and "livenessProbe" in container, name
+        if name == "query-api":
+            assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+            assert container["livenessProbe"]["httpGet"]["path"] == "/openapi.json"
+            continue
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            command = container[probe]["exec"]["command"]
+            assert command[:2] == ["sh", "-c"] and '"$CRAWLSTREAM_HEARTBEAT_FILE"' in command[2], (name, probe)
+        assert any(heartbeat.is_relative_to(m) for m in _writable_dirs(d)), name
+
+
+def test_the_heartbeat_probe_passes_on_a_fresh_file_and_fails_on_a_stale_or_missing_one(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    (deployment, *_) = (d for n, d in _crawlstream_deployments(_rendered("prod")).items() if n != "query-api")
+    command = _container(deployment)["livenessProbe"]["exec"]["command"]
+    limit_s = int(command[2].rsplit("-lt", 1)[1])
+    path = tmp_path / "heartbeat"
+    env = {**os.environ, "CRAWLSTREAM_HEARTBEAT_FILE": str(path)}
+
+    def probe() -> int:
+        return subprocess.run(command, env=env, capture_output=True, timeout=10).returncode
+
+    assert probe() != 0, "no file: not alive"
+    path.touch()
+    assert probe() == 0
+    stale = path.stat().st_mtime - limit_s - 5
+    os.utime(path, (stale, stale))
+    assert probe() != 0
+    assert shlex.split(command[2])[0] == "test"
+
+
+def test_query_api_binds_beyond_loopback_only_with_a_tokens_file_from_a_secret(overlay: tuple[str, Docs]) -> None:
+    docs = overlay[1]
+    api = _crawlstream_deployments(docs)["query-api"]
+    spec = api["spec"]["template"]["spec"]
+    container = _container(api)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    tokens = Path(env["CRAWLSTREAM_API_TOKENS_FILE"])
+    (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == tokens.parent]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert mount["readOnly"] and volume["secret"]["defaultMode"] == 0o400
+    assert volume["secret"]["secretName"] == "crawlstream-api-tokens"
+    services = list(of_kind(docs, "Service"))
+    assert any(s["spec"]["selector"] == api["spec"]["selector"]["matchLabels"] for s in services)
+
+
+def test_every_deployment_has_a_disruption_budget_that_still_lets_a_node_drain(overlay: tuple[str, Docs]) -> None:
+    budgets = list(of_kind(overlay[1], "PodDisruptionBudget"))
+    for name, d in _crawlstream_deployments(overlay[1]).items():
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert budget["spec"]["maxUnavailable"] >= 1, name
+
+
+# -- scaling and topics --------------------------------------------------------------------
+
+
+def _partitions(docs: Docs) -> dict[str, int]:
+    topics = of_kind(docs, "KafkaTopic")
+    return {t["spec"].get("topicName", t["metadata"]["name"]): t["spec"]["partitions"] for t in topics}
+
+
+def test_every_consumer_deployment_scales_on_its_group_lag_up_to_its_topics_partitions(
+    overlay: tuple[str, Docs],
+) -> None:
+    docs = overlay[1]
+    partitions = _partitions(docs)
+    scaled = by_name(docs, "ScaledObject")
+    deployments = _crawlstream_deployments(docs)
+    bootstrap = _config(docs)["KAFKA_BOOTSTRAP_SERVERS"]
+    for name, module in _consumers().items():
+        if name in SINGLE_WRITERS:
+            continue
+        target = deployments[name]["metadata"]["name"]
+        (so,) = [s for s in scaled.values() if s["spec"]["scaleTargetRef"]["name"] == target]
+        triggers = so["spec"]["triggers"]
+        assert {t["type"] for t in triggers} == {"kafka"}
+        assert {t["metadata"]["consumerGroup"] for t in triggers} == {module.GROUP}, name
+        assert {t["metadata"]["topic"] for t in triggers} == set(module.TOPICS), name
+        assert {t["metadata"]["bootstrapServers"] for t in triggers} == {bootstrap}, name
+        for trigger in triggers:
+            assert trigger["metadata"]["allowIdleConsumers"] == "false", name
+            assert int(trigger["metadata"]["lagThreshold"]) > 0, name
+        assert 1 <= so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"]
+        assert so["spec"]["maxReplicaCount"] <= min(partitions[t] for t in module.TOPICS), name
+
+
+def test_single_writer_services_run_one_replica_replaced_not_rolled(overlay: tuple[str, Docs]) -> None:
+    docs = overlay[1]
+    deployments = _crawlstream_deployments(docs)
+    targets = {s["spec"]["scaleTargetRef"]["name"] for s in of_kind(docs, "ScaledObject")}
+    for name in [*SINGLE_WRITERS, "index-compactor"]:
+        d = deployments[name]
+        assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"] == {"type": "Recreate"}, name
+        assert d["metadata"]["name"] not in targets, name
+    scaled = {n for n, d in deployments.items() if d["metadata"]["name"] in targets}
+    assert scaled == set(_consumers()) - SINGLE_WRITERS, "every other consumer scales on its lag"
+
+
+def _brokers(docs: Docs, overlay_name: str) -> int:
+    pools = [p for p in of_kind(docs, "KafkaNodePool") if "broker" in p["spec"]["roles"]]
+    return sum(p["spec"]["replicas"] for p in pools) if pools else PROD_MIN_BROKERS
+
+
+def test_topics_have_the_partitions_replicas_and_retention_the_kafka_backend_creates(
+    overlay: tuple[str, Docs],
+) -> None:
+    name, docs = overlay
+    settings = load(_config(docs), None)
+    policy = TopicPolicy.from_settings(settings)
+    replicas, in_sync = policy.replicas(_brokers(docs, name))
+    topics = {t["spec"].get("topicName", t["metadata"]["name"]): t for t in of_kind(docs, "KafkaTopic")}
+    assert sorted(topics) == sorted([*ALL_TOPICS, *map(dlq_topic, ALL_TOPICS)])
+    for topic, resource in topics.items():
+        spec = resource["spec"]
+        assert spec["partitions"] == settings.bus.partitions, topic
+        assert spec["replicas"] == replicas, topic
+        assert {k: str(v) for k, v in spec["config"].items()} == policy.config_for(topic, min_insync_replicas=in_sync)
+    assert topics["content.stored"]["spec"]["config"]["retention.ms"] == "-1"
+
+
+def test_topics_belong_to_the_kafka_cluster_the_services_connect_to(overlay: tuple[str, Docs]) -> None:
+    name, docs = overlay
+    clusters = {t["metadata"]["labels"]["strimzi.io/cluster"] for t in of_kind(docs, "KafkaTopic")}
+    (cluster,) = clusters
+    host, _, port = _config(docs)["KAFKA_BOOTSTRAP_SERVERS"].partition(":")
+    assert host.split(".")[0] == f"{cluster}-kafka-bootstrap"
+    if name == "dev":
+        (kafka,) = of_kind(docs, "Kafka")
+        assert kafka["metadata"]["name"] == cluster
+        assert int(port) in {listener["port"] for listener in kafka["spec"]["kafka"]["listeners"]}
+        pools = list(of_kind(docs, "KafkaNodePool"))
+        assert {p["metadata"]["labels"]["strimzi.io/cluster"] for p in pools} == {cluster}
+        assert {"controller", "broker"} <= {r for p in pools for r in p["spec"]["roles"]}, "KRaft: no ZooKeeper"
+        assert kafka["spec"]["entityOperator"]["topicOperator"] is not None
+
+
+def test_prometheus_scrapes_only_ports_that_exist(overlay: tuple[str, Docs]) -> None:
+    docs = overlay[1]
+    monitors = list(of_kind(docs, "PodMonitor"))
+    assert monitors
+    for monitor in monitors:
+        selected = [
+            d
+            for d in of_kind(docs, "Deployment")
+            if monitor["spec"]["selector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert selected, monitor["metadata"]["name"]
+        for d in selected:
+            ports = {p["name"] for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+            assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} <= ports
+    assert not list(of_kind(docs, "ServiceMonitor"))
+
+
+def test_the_readme_says_which_services_need_the_shared_volume(overlay: tuple[str, Docs]) -> None:
+    """deploy/k8s/README.md's table, row by row, against the volumes each Deployment mounts."""
+    rows = {}
+    for line in (K8S / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].strip("`") in SERVICE_NAMES:
+            rows[cells[0].strip("`")] = cells
+    assert sorted(rows) == sorted(SERVICE_NAMES)
+    for name, d in _crawlstream_deployments(overlay[1]).items():
+        claims = [v for v in d["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+        says_shared = rows[name][1].startswith("yes")
+        assert says_shared == bool(claims), name
+
+
+def test_the_kubernetes_check_rejects_an_unknown_field() -> None:
+    (deployment, *_) = of_kind(_rendered("prod"), "Deployment")
+    spec = deployment["spec"]
+    typo = {**deployment, "spec": {**spec, "replica": 3}}
+    assert kubernetes_errors(typo)
