@@ -56,6 +56,7 @@ class DedupeHandler(EventHandler):
                 self._replay_until[tp.partition] = done
 
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        self._out.flush()  # a snapshot may only cover URLs whose forwards are durable
         for tp in partitions:
             if tp.partition in self._deduper.owned_partitions:
                 self._deduper.flush_partition(tp.partition, self._next_offset.get(tp.partition))
@@ -90,6 +91,11 @@ class DedupeHandler(EventHandler):
             self.snapshot()
 
     def snapshot(self) -> None:
+        """Write each owned partition's filter with the offset it covers. The forwards of those
+        URLs are flushed first: a snapshot ahead of them would, after a kill -9, mark URLs seen
+        whose frontier events never reached the bus (the restart replays from the committed
+        offset and finds them in the filter), and they would never be crawled."""
+        self._out.flush()
         for partition in self._deduper.owned_partitions:
             if partition in self._next_offset:
                 self._deduper.flush_partition(partition, self._next_offset[partition])

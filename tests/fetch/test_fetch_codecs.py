@@ -118,3 +118,8 @@ def test_kept_headers_are_lowercased_bounded_and_filtered() -> None:
     )
     assert headers == {"content-type": "Text/HTML; charset=UTF-8", "etag": "e" * 2048}
     assert media_type(headers) == "text/html"
+
+
+def test_retry_after_in_non_ascii_digits_is_ignored_not_raised() -> None:
+    assert parse_retry_after("²", now_s=1_700_000_000.0) is None
+    assert parse_retry_after("١٢٠", now_s=1_700_000_000.0) is None  # Arabic-Indic digits

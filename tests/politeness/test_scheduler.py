@@ -393,3 +393,28 @@ def test_complete_many_matches_one_by_one_and_ignores_a_repeated_result(
     assert _delay_ms(s, "b.example", clock) == 1800
     assert s.stats["stale_completions"] == 1
     assert s.pending(0) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected_delay_ms"),
+    [
+        (FetchOutcome(200, elapsed_ms=100, crawl_delay_s=float("inf")), 86_400_000),  # held to a day
+        (FetchOutcome(200, elapsed_ms=100, crawl_delay_s=float("nan")), 1000),  # none
+        (FetchOutcome(200, elapsed_ms=100, crawl_delay_s=-5.0), 1000),
+        (FetchOutcome(429, elapsed_ms=10, retry_after_s=float("inf")), None),  # up to the back-off cap
+    ],
+)
+def test_delays_from_a_foreign_fetch_result_never_overflow(
+    make_scheduler: MakeScheduler, clock: ManualClock, outcome: FetchOutcome, expected_delay_ms: int | None
+) -> None:
+    """Avro doubles allow inf and NaN: a result produced outside crawlstream must not crash
+    the scheduler (``int(inf)`` raised OverflowError)."""
+    s = make_scheduler()
+    s.enqueue(0, _entries("a.example", 2))
+    (ticket,) = s.due(0)
+    s.complete(0, "a.example", ticket.url, outcome)
+    delay = _delay_ms(s, "a.example", clock)
+    if expected_delay_ms is not None:
+        assert delay == expected_delay_ms
+    else:
+        assert 0 < delay <= s.max_backoff_ms

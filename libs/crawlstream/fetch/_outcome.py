@@ -91,7 +91,7 @@ def parse_retry_after(value: str | None, *, now_s: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # not "²": str.isdigit takes any Unicode digit
         return min(float(value), MAX_RETRY_AFTER_S)
     try:
         when = email.utils.parsedate_to_datetime(value)

@@ -60,6 +60,7 @@ from crawlstream.frontier import (
 )
 from crawlstream.politeness._keys import CRAWL_BUDGET_KEY, EXCLUDED_KEY, OVERRIDE_PREFIX
 from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
+from crawlstream.robots import MAX_CRAWL_DELAY_S
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
@@ -247,6 +248,14 @@ _MAX_BACKOFF_LEVEL = 40
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _seconds(value: float | None) -> float | None:
+    """A delay from a fetch result, which may come from any producer: NaN is none, and
+    anything else is held to 0..MAX_CRAWL_DELAY_S (an inf would overflow ``int``)."""
+    if value is None or value != value:
+        return None
+    return min(max(value, 0.0), MAX_CRAWL_DELAY_S)
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -763,7 +772,8 @@ class Scheduler:
 
     def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int]:
         """(next fetch at ms, back-off level, Crawl-delay ms) after ``outcome``. Pure arithmetic."""
-        crawl_delay_ms = int(outcome.crawl_delay_s * 1000) if outcome.crawl_delay_s is not None else _int(row[4])
+        crawl_delay_s = _seconds(outcome.crawl_delay_s)
+        crawl_delay_ms = int(crawl_delay_s * 1000) if crawl_delay_s is not None else _int(row[4])
         min_delay_ms = _int(row[6], self.min_delay_ms) if len(row) > 6 else self.min_delay_ms  # operator override
         delay_ms = max(min_delay_ms, crawl_delay_ms, int(self.response_time_factor * outcome.elapsed_ms))
         level = _int(row[5])
@@ -772,8 +782,9 @@ class Scheduler:
             delay_ms = max(delay_ms, min(self.max_backoff_ms, max(delay_ms, 1000) * 2**level))
         else:
             level = 0
-        if outcome.retry_after_s is not None and outcome.retry_after_s > 0:
-            delay_ms = max(delay_ms, min(self.max_backoff_ms, int(outcome.retry_after_s * 1000)))
+        retry_after_s = _seconds(outcome.retry_after_s)
+        if retry_after_s is not None and retry_after_s > 0:
+            delay_ms = max(delay_ms, min(self.max_backoff_ms, int(retry_after_s * 1000)))
         return max(_int(row[3]), now + delay_ms), level, crawl_delay_ms
 
     def _reclaim_expired(self, partition: int, expired: Sequence[Any]) -> None:
