@@ -39,7 +39,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from crawlstream.api._acl import GRANT_KEY
-from crawlstream.api._inputs import ApiError, format_ts, parse_page, parse_url, query_param, reduce_to_domain
+from crawlstream.api._inputs import (
+    ApiError,
+    format_ts,
+    has_control_chars,
+    parse_page,
+    parse_url,
+    query_param,
+    reduce_to_domain,
+)
 from crawlstream.errors import ChecksumMismatch, TransientError
 from crawlstream.urls import CanonicalUrl
 
@@ -100,7 +108,7 @@ def _text_filter(query: object, name: str, max_chars: int) -> str | None:
     raw = query_param(query, name)
     if raw is None or raw == "":
         return None
-    if len(raw) > max_chars or any(ord(c) < 0x20 or c == "\x7f" for c in raw):
+    if len(raw) > max_chars or has_control_chars(raw):
         raise ApiError(
             400, f"invalid_{name}", f"expected {name} of at most {max_chars} printable characters, found {len(raw)}"
         )
@@ -113,7 +121,7 @@ def _tags(query: Any) -> list[str]:
     if not 1 <= len(tags) <= MAX_TAGS_PER_REQUEST:
         raise ApiError(400, "invalid_tag", f"expected 1 to {MAX_TAGS_PER_REQUEST} tag= parameters, found {len(tags)}")
     for tag in tags:
-        if not tag or len(tag) > MAX_TAG_CHARS or any(ord(c) < 0x20 or c == "\x7f" for c in tag):
+        if not tag or len(tag) > MAX_TAG_CHARS or has_control_chars(tag):
             raise ApiError(
                 400,
                 "invalid_tag",

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_OFFSET",
     "ApiError",
     "format_ts",
+    "has_control_chars",
     "parse_dataset_id",
     "parse_page",
     "parse_url",
@@ -40,6 +41,12 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.index_version: str | None = None  # set when raised while a version was pinned
+
+
+def has_control_chars(text: str) -> bool:
+    """C0 controls or DEL: what a filter or tag may not hold (they would break logs and
+    headers); other Unicode is fine."""
+    return any(ord(c) < 0x20 or c == "\x7f" for c in text)
 
 
 def _bad(code: str, message: str) -> ApiError:

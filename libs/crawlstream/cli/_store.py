@@ -146,9 +146,10 @@ def run_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_tag(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.api._inputs import has_control_chars
     from crawlstream.errors import BadDataError
 
-    bad = [t for t in args.tags if not t or any(ord(c) < 0x20 or c == "\x7f" for c in t)]
+    bad = [t for t in args.tags if not t or has_control_chars(t)]
     if bad:
         raise BadDataError(f"tags must be non-empty printable text, found {bad[0]!r}")
     with ContentStore.from_settings(settings) as store:
