@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from crawlstream.demoweb import DemoWeb, RequestRecord
+from crawlstream.services.bucket_compressor import main as bucket_compressor
+from crawlstream.services.deduper import main as deduper
+from crawlstream.services.fetcher import main as fetcher
+from crawlstream.services.link_extractor import main as link_extractor
+from crawlstream.services.parquet_sink import main as parquet_sink
+from crawlstream.services.scheduler import main as scheduler
 from crawlstream.settings import Settings, load
 
 MIN_DELAY_S = 0.05
@@ -27,6 +33,16 @@ SLOW_S = 2.0
 ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
 RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")  # they always fail: retried
 SITEMAP_MAX_BYTES = 1024 * 1024  # the web's sitemap bomb inflates past it
+# service name -> (consumer group, topics it consumes), from the services' own wiring
+GROUPS = {
+    "deduper": (deduper.GROUP, deduper.TOPICS),
+    "scheduler": (scheduler.GROUP, scheduler.TOPICS),
+    "fetcher": (fetcher.GROUP, fetcher.TOPICS),
+    "link-extractor": (link_extractor.GROUP, link_extractor.TOPICS),
+    "bucket-compressor": (bucket_compressor.GROUP, bucket_compressor.TOPICS),
+    "parquet-sink": (parquet_sink.GROUP, parquet_sink.TOPICS),
+}
+
 SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
 
 

@@ -16,31 +16,17 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from e2e_support import crawl_env
+from e2e_support import GROUPS, crawl_env
 
 from crawlstream.bus import KafkaBus
 from crawlstream.events import DiscoveredUrl, EventCodec, LocalSchemaIds
 from crawlstream.localkafka import LocalKafka
-from crawlstream.services.bucket_compressor import main as bucket_compressor
-from crawlstream.services.deduper import main as deduper
-from crawlstream.services.fetcher import main as fetcher
-from crawlstream.services.link_extractor import main as link_extractor
-from crawlstream.services.parquet_sink import main as parquet_sink
-from crawlstream.services.scheduler import main as scheduler
 from crawlstream.settings import load
 from crawlstream.topics import ALL_TOPICS, CONTENT_STORED, URLS_DISCOVERED, URLS_FRONTIER, dlq_topic
 from crawlstream.urls import canonicalize, url_key
 from tests.events.event_samples import sample_events
 
 PARTITIONS = 2
-SERVICES = {
-    "deduper": (deduper.GROUP, deduper.TOPICS),
-    "scheduler": (scheduler.GROUP, scheduler.TOPICS),
-    "fetcher": (fetcher.GROUP, fetcher.TOPICS),
-    "link-extractor": (link_extractor.GROUP, link_extractor.TOPICS),
-    "bucket-compressor": (bucket_compressor.GROUP, bucket_compressor.TOPICS),
-    "parquet-sink": (parquet_sink.GROUP, parquet_sink.TOPICS),
-}
 TIMEOUT_S = 90.0
 
 
@@ -110,7 +96,7 @@ def test_every_service_dead_letters_garbage_on_every_topic_and_keeps_working(
     kafka: LocalKafka, tmp_path: Path
 ) -> None:
     codec = EventCodec(LocalSchemaIds.bundled())
-    topics = sorted({t for _, consumed in SERVICES.values() for t in consumed})
+    topics = sorted({t for _, consumed in GROUPS.values() for t in consumed})
     garbage = {t: garbage_for(t, codec) for t in topics}
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     for topic, values in garbage.items():
@@ -126,7 +112,7 @@ def test_every_service_dead_letters_garbage_on_every_topic_and_keeps_working(
     logs.mkdir()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        for name in SERVICES:
+        for name in GROUPS:
             env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k != "REDIS_URL"}
             env.update(
                 crawl_env(
@@ -144,7 +130,7 @@ def test_every_service_dead_letters_garbage_on_every_topic_and_keeps_working(
                     stdout=subprocess.DEVNULL,
                     stderr=err,
                 )
-        readers = Counter(t for _, consumed in SERVICES.values() for t in consumed)
+        readers = Counter(t for _, consumed in GROUPS.values() for t in consumed)
         dead: dict[str, list[object]] = {}
 
         def all_dead_lettered() -> bool:
@@ -168,15 +154,15 @@ def test_every_service_dead_letters_garbage_on_every_topic_and_keeps_working(
                 headers = dict(message.headers())  # type: ignore[attr-defined]
                 assert headers["error_type"] in (b"EventDecodeError", b"BadDataError"), headers
         alive = {n: p.poll() for n, p in processes.items()}
-        assert alive == dict.fromkeys(SERVICES), "every service still running"
+        assert alive == dict.fromkeys(GROUPS), "every service still running"
     finally:
         for process in processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         codes = {n: p.wait(30) for n, p in processes.items()}
-    assert codes == dict.fromkeys(SERVICES, 0), _tails(logs)
+    assert codes == dict.fromkeys(GROUPS, 0), _tails(logs)
     # Every group committed past the garbage: nothing left to consume.
-    for name, (group, consumed) in SERVICES.items():
+    for name, (group, consumed) in GROUPS.items():
         consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
         try:
             parts = [TopicPartition(t, p) for t in consumed for p in range(PARTITIONS)]

@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 from e2e_support import (
+    GROUPS,
     api_answers,
     assert_domain_spacing,
     assert_each_reachable_page_fetched_once,
@@ -60,12 +61,6 @@ from crawlstream.index import IndexBuilder
 from crawlstream.localkafka import LocalKafka
 from crawlstream.politeness import Scheduler
 from crawlstream.redisconn import open_redis
-from crawlstream.services.bucket_compressor import main as bucket_compressor
-from crawlstream.services.deduper import main as deduper
-from crawlstream.services.fetcher import main as fetcher
-from crawlstream.services.link_extractor import main as link_extractor
-from crawlstream.services.parquet_sink import main as parquet_sink
-from crawlstream.services.scheduler import main as scheduler
 from crawlstream.settings import Settings, load
 from crawlstream.store import ContentStore
 from crawlstream.topics import (
@@ -91,15 +86,6 @@ KAFKA_EXTRA_CONFIG = "consumer.session.timeout.ms=6000,consumer.heartbeat.interv
 logger = logging.getLogger(__name__)
 _FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
 
-# service name -> (consumer group, topics it consumes), from the services' own wiring
-GROUPS = {
-    "deduper": (deduper.GROUP, deduper.TOPICS),
-    "scheduler": (scheduler.GROUP, scheduler.TOPICS),
-    "fetcher": (fetcher.GROUP, fetcher.TOPICS),
-    "link-extractor": (link_extractor.GROUP, link_extractor.TOPICS),
-    "bucket-compressor": (bucket_compressor.GROUP, bucket_compressor.TOPICS),
-    "parquet-sink": (parquet_sink.GROUP, parquet_sink.TOPICS),
-}
 # Two members in each group the issue scales; the content store and the lake have one
 # writer per root (STATUS.md), and one deduper keeps the 2-core machine for the rest.
 DEPLOYMENT = {
