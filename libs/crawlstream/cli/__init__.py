@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from crawlstream.errors import ConfigError, CrawlstreamError
+from crawlstream.logs import configure_logging
 from crawlstream.settings import Settings, add_arguments, describe, load
 
 __all__ = ["main"]
@@ -65,14 +66,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -80,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load(os.environ, args)
     except ConfigError as exc:
         parser.exit(2, f"crawlstream: configuration error: {exc}\n")
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, fmt=settings.log_format)
     logger.debug("effective settings: %s", describe(settings))
     try:
         return int(args.func(args, settings) or 0)

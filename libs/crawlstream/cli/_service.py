@@ -7,6 +7,7 @@ import importlib
 import logging
 
 from crawlstream.errors import ConfigError
+from crawlstream.logs import set_default_service
 from crawlstream.services import SERVICE_NAMES, package_for
 from crawlstream.settings import Settings, describe
 
@@ -28,5 +29,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         module = importlib.import_module(package_for(args.name) + ".main")
     except ModuleNotFoundError as exc:
         raise ConfigError(f"service {args.name!r} is not available in this build ({exc})") from exc
+    set_default_service(args.name)
     logger.info("starting service %s with %s", args.name, describe(settings))
     return int(module.run(settings) or 0)

@@ -428,6 +428,12 @@ class Settings:
         None, "Confluent Schema Registry; unset = ids from schemas/registry.json", env="SCHEMA_REGISTRY_URL"
     )
     log_level: str = setting("INFO", "logging level", check=one_of("DEBUG", "INFO", "WARNING", "ERROR"))
+    log_format: str = setting(
+        "text",
+        "log line format: 'text' for terminals, 'json' for one JSON object per line (ts, level, logger, "
+        "message, service, and partition/url_key where known; README: Metrics and logs)",
+        check=one_of("text", "json"),
+    )
     heartbeat_file: Path | None = setting(
         None,
         "`crawlstream service`: a file the service's loop touches every few seconds, removed on exit; "
