@@ -205,6 +205,24 @@ def test_a_gzip_bomb_stops_at_the_cap_in_bounded_time_and_memory() -> None:
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 64 * 1024  # KiB: < 64 MiB grown
 
 
+def test_a_bomb_under_the_protocols_cap_is_refused_by_its_ratio_with_what_it_inflated() -> None:
+    """48 MiB of spaces gzip to ~50 KB: refused by ratio ~1 MiB in, not after 48 MiB."""
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = comp.compress(f'<urlset xmlns="{NS}">'.encode() + b" " * (48 * 1024 * 1024)) + comp.flush()
+    with pytest.raises(SitemapError) as caught:
+        parse_sitemap(bomb, BASE)
+    assert caught.value.reason == "too_large" and "decompression bomb" in str(caught.value)
+    inflated = int(str(caught.value).split(" inflated")[0].rsplit(" ", 1)[1])
+    assert inflated <= 2 * 1024 * 1024  # stopped within a chunk of the ratio floor
+
+
+def test_a_real_sized_gzip_sitemap_of_sequential_urls_is_under_the_ratio_and_parses() -> None:
+    doc = urlset(*(f"<loc>http://a.com/product/{i:06d}</loc><lastmod>2024-01-01</lastmod>" for i in range(50_000)))
+    body = gzip.compress(doc, 9)
+    assert len(doc) > 2 * 1024 * 1024 and len(doc) / len(body) < 100
+    assert len(parse_sitemap(body, BASE).entries) == 50_000
+
+
 def test_a_plain_document_over_the_cap_is_refused() -> None:
     doc = urlset(*(f"<loc>http://a.com/{i}</loc>" for i in range(2000)))
     assert reason_of(doc, max_bytes=len(doc) - 1) == "too_large"
