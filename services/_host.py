@@ -20,14 +20,15 @@ from types import FrameType
 from typing import Protocol
 
 import redis
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from crawlstream.bus import Bus, Consumer
+from crawlstream.bus import Bus, Consumer, Producer, TopicPartition
 from crawlstream.bus._factory import open_bus
 from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, EventProducer
+from crawlstream.metrics import metrics_port, serve_metrics
 from crawlstream.redisconn import RedisHandle, open_redis
-from crawlstream.runtime import EventHandler, Flushable, Heartbeat, ServiceLoop
+from crawlstream.runtime import EventHandler, Flushable, Heartbeat, LoopMetrics, ServiceLoop
 from crawlstream.settings import Settings
 
 __all__ = ["Host", "Runnable", "open_host", "run_standalone"]
@@ -81,13 +82,15 @@ class Host:
         batch_size: int = 500,
         poll_timeout_s: float | None = None,
         consumer: Consumer | None = None,
+        samplers: Sequence[Callable[[list[TopicPartition]], None]] = (),
     ) -> ServiceLoop:
         """A loop of consumer group ``group`` on this host's bus, codec, metrics and stop signal.
 
         ``consumer``: the group's consumer when the handler needs it too. Dead letters go to a
         producer of its own; offsets are committed at most every
         ``bus.commit_interval_s`` (handlers make their batch durable in ``end_batch`` or
-        ``before_commit``, so a later commit only widens what a crash replays).
+        ``before_commit``, so a later commit only widens what a crash replays). The loop samples
+        its lag, and calls ``samplers`` with the partitions it owns, every ``metrics.lag_interval_s``.
         """
         bus = self.settings.bus
         return ServiceLoop(
@@ -104,13 +107,18 @@ class Host:
             registry=self.registry,
             stop_event=self.stop_event,
             heartbeat=self.heartbeat.beat,
+            group=group,
+            end_offsets=self.bus.end_offsets,
+            lag_interval_s=self.settings.metrics.lag_interval_s,
+            samplers=samplers,
         )
 
     def event_producer(self) -> EventProducer:
-        """A new producer of typed events (closed with the host)."""
+        """A new producer of typed events (closed with the host); what it sends is counted per
+        topic (``crawlstream_events_produced_total``)."""
         producer = self.bus.producer()
         self._closers.append(producer.close)
-        return EventProducer(producer, self.codec)
+        return EventProducer(_CountingProducer(producer, LoopMetrics.of(self.registry).produced), self.codec)
 
     def close(self) -> None:
         for close in reversed(self._closers):
@@ -121,15 +129,59 @@ class Host:
             self._redis = None
 
 
+class _CountingProducer(Producer):
+    """A bus producer that counts each message it queues, per topic."""
+
+    def __init__(self, inner: Producer, produced: Counter) -> None:
+        self._inner = inner
+        self._produced = produced
+        self._by_topic: dict[str, Counter] = {}
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        partition: int,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self._inner.produce(topic, value, partition=partition, key=key, headers=headers, timestamp_ms=timestamp_ms)
+        counter = self._by_topic.get(topic)
+        if counter is None:
+            counter = self._by_topic[topic] = self._produced.labels(topic)
+        counter.inc()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self._inner.flush(timeout_s)
+
+    def partition_count(self, topic: str) -> int:
+        return self._inner.partition_count(topic)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 @contextmanager
 def open_host(
-    settings: Settings, *, stop_event: threading.Event | None = None, heartbeat: Heartbeat | None = None
+    settings: Settings,
+    *,
+    stop_event: threading.Event | None = None,
+    heartbeat: Heartbeat | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> Iterator[Host]:
     """Open the bus (creating the topics) and the lazy Redis of ``settings``; close them after.
-    ``heartbeat``: what the host's service loops beat (none by default)."""
+    ``heartbeat``: what the host's service loops beat (none by default). ``registry``: where the
+    services' metrics go; None: a new one, served on ``metrics.port`` while the host is open
+    when that is set (``crawlstream run``; by default it serves none)."""
     from crawlstream.topics import ALL_TOPICS
 
     with ExitStack() as stack:
+        if registry is None:
+            registry = CollectorRegistry()
+            port = metrics_port(settings.metrics.port, None)  # unset: none, for run, seed, replay... alike
+            stack.enter_context(serve_metrics(registry, settings.metrics.host, port))
         bus = open_bus(settings)
         stack.callback(bus.close)
         bus.create_topics(ALL_TOPICS, settings.bus.partitions)
@@ -137,7 +189,7 @@ def open_host(
             settings=settings,
             bus=bus,
             codec=EventCodec.from_settings(settings),
-            registry=CollectorRegistry(),
+            registry=registry,
             stop_event=stop_event or threading.Event(),
             _redis_factory=lambda: open_redis(settings.redis_url, settings.data_dir),
             heartbeat=heartbeat or Heartbeat(None),
@@ -158,7 +210,11 @@ def install_stop_signals(stop: Callable[[], None]) -> None:
 
 
 def run_standalone(
-    settings: Settings, build: Callable[[Host], Runnable], *, max_backoff_s: float = _MAX_RESTART_BACKOFF_S
+    settings: Settings,
+    build: Callable[[Host], Runnable],
+    *,
+    max_backoff_s: float = _MAX_RESTART_BACKOFF_S,
+    registry: CollectorRegistry = REGISTRY,
 ) -> int:
     """``crawlstream service <name>``: one service in this process until a signal.
 
@@ -167,7 +223,9 @@ def run_standalone(
     would leave it, and built again on a fresh host after a back-off (1 s doubling to
     ``max_backoff_s``), so it resumes from its last commit once the cluster is back. Bad
     configuration and bugs still end it. ``settings.heartbeat_file`` is touched by the
-    service's loop, and while waiting out an outage (the process is healthy then).
+    service's loop, and while waiting out an outage (the process is healthy then). Every host
+    puts its metrics in ``registry`` (the process's, which ``crawlstream service`` serves), so
+    counters go on across restarts.
     """
     stop = threading.Event()
     current: list[Runnable] = []
@@ -181,7 +239,7 @@ def run_standalone(
     heartbeat = Heartbeat(settings.heartbeat_file)
     heartbeat.start()
     try:
-        return _run_until_stopped(settings, build, stop, current, heartbeat, max_backoff_s)
+        return _run_until_stopped(settings, build, stop, current, heartbeat, max_backoff_s, registry)
     finally:
         heartbeat.stop()
 
@@ -193,12 +251,13 @@ def _run_until_stopped(
     current: list[Runnable],
     heartbeat: Heartbeat,
     max_backoff_s: float,
+    registry: CollectorRegistry,
 ) -> int:
     backoff_s = min(1.0, max_backoff_s)
     while True:
         started = time.monotonic()
         try:
-            with open_host(settings, stop_event=stop, heartbeat=heartbeat) as host:
+            with open_host(settings, stop_event=stop, heartbeat=heartbeat, registry=registry) as host:
                 service = build(host)
                 current.append(service)
                 try:

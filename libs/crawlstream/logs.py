@@ -138,25 +138,31 @@ def configure_logging(level: str, *, fmt: str = "text", file: Path | None = None
 
     ``fmt``: ``text`` or ``json`` (see the module docstring). ``file``: appended to (its directory
     is created), instead of stderr: ``crawlstream run`` keeps the terminal for its progress display.
-    Calling it again replaces the handler the previous call installed; handlers installed by
-    anyone else (pytest's capture) are left alone.
+    Calling it again replaces the handler the previous call installed. Handlers installed by
+    anyone else are left alone, and while there are some, stderr is left to them as
+    ``logging.basicConfig`` does (an application embedding ``main``, pytest's capture): only a
+    ``file`` is then added.
     """
     global _installed
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format {fmt!r}: expected one of {', '.join(LOG_FORMATS)}")
-    handler: logging.Handler
-    if file is not None:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(file, encoding="utf-8")
-    else:
-        handler = _StderrHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
-    handler.addFilter(_ServiceFilter())
     root = logging.getLogger()
     with _install_lock:
         if _installed is not None:
             root.removeHandler(_installed)
             _installed.close()
+            _installed = None
+        if file is None and root.handlers:
+            return
+        handler: logging.Handler
+        if file is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(file, encoding="utf-8")
+        else:
+            handler = _StderrHandler()
+        handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+        handler.addFilter(_ServiceFilter())
         root.addHandler(handler)
         _installed = handler
         root.setLevel(getattr(logging, level.upper()))
+    logging.captureWarnings(True)  # warnings become records (logger py.warnings): JSON lines stay JSON

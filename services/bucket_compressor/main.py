@@ -38,6 +38,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.errors import BadDataError
 from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
 from crawlstream.links import DEFAULT_AGENT_TOKEN, RobotsDirectives, decode_html, document_head, page_directives
+from crawlstream.metrics import StoreMetrics, per_registry
 from crawlstream.robots import product_token
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
@@ -92,8 +93,10 @@ class CompressHandler(EventHandler):
         max_body_bytes: int,
         agent: str = DEFAULT_AGENT_TOKEN,
         obey_directives: bool = True,
+        metrics: StoreMetrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._out = out
         self._max_body_bytes = max_body_bytes
         self._agent = agent
@@ -176,6 +179,8 @@ class CompressHandler(EventHandler):
         self._store.sync()
         for item in self._pending:
             self._out.send(CONTENT_STORED, item.event)
+            if self._metrics is not None:
+                self._metrics.observe_put(item.event.size_bytes, item.event.stored_bytes)
         self.stored += len(self._pending)
         logger.debug("stored and announced %d bodies", len(self._pending))
         self._pending.clear()
@@ -195,12 +200,14 @@ def build(host: Host) -> LoopService:
     settings = host.settings
     store = ContentStore.from_settings(settings)
     out = host.event_producer()
+    metrics = per_registry(StoreMetrics, host.registry)
     handler = CompressHandler(
         store,
         out,
         max_body_bytes=settings.fetch.max_body_bytes,
         agent=product_token(settings.fetch.user_agent),
         obey_directives=settings.crawl.obey_robots_directives,
+        metrics=metrics,
     )
     loop = host.service_loop("bucket-compressor", GROUP, TOPICS, handler, producers=[out], batch_size=256)
     # Store maintenance (tiering by age, compaction) runs beside the loop on its own thread, one
@@ -209,12 +216,14 @@ def build(host: Host) -> LoopService:
     maintainer = StoreMaintainer.from_settings(store, settings)
 
     def close() -> None:
+        metrics.watch(None)
         if maintainer is not None:
             maintainer.stop()
         store.close()
 
     if maintainer is not None:
         maintainer.start()
+    metrics.watch(store.stats, settings.metrics.store_interval_s)
     return LoopService(loop, handler, on_close=close)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import threading
 import time
@@ -27,6 +28,8 @@ import zstandard
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.logs import log_fields
+from crawlstream.metrics import FetchMetrics, per_registry
 from crawlstream.politeness import ExcludedDomains, ReplayFence
 from crawlstream.robots import ImportedRobots, ImportedRobotsTxt
 from crawlstream.runtime import EventHandler, LoopService
@@ -37,6 +40,11 @@ from crawlstream.urls import partition_for
 
 GROUP = "crawlstream.fetcher"
 TOPICS = (FETCH_REQUESTS,)
+# Outcomes logged (DEBUG) per URL, with its partition and url_key: the request went out and failed.
+_FAILED = frozenset({"timeout", "dns_error", "connect_error", "error", "too_large"})
+
+logger = logging.getLogger(__name__)
+
 
 
 def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandard.ZstdCompressor) -> FetchResult:
@@ -82,8 +90,10 @@ class FetchHandler(EventHandler):
         wait_s: float = 0.2,
         fence: ReplayFence | None = None,
         excluded: ExcludedDomains | None = None,
+        metrics: FetchMetrics | None = None,
     ) -> None:
         self._fetcher = fetcher
+        self._metrics = metrics
         self._out = out
         self._concurrency = concurrency
         self._wait_s = wait_s
@@ -140,6 +150,7 @@ class FetchHandler(EventHandler):
             fetched_at_ms=int(time.time() * 1000),
         )
         self._out.send(FETCH_RESULTS, to_result(request, outcome, self._compressor))
+        self._observe(started, outcome)
         self._retire(started)
         self.excluded += 1
 
@@ -174,6 +185,8 @@ class FetchHandler(EventHandler):
             self._start_batch()
         # At full capacity nothing new can start: wait for a slot (bounded, so stop is seen).
         self._send_done(wait_s=self._wait_s if self._count >= self._concurrency else 0.0)
+        if self._metrics is not None:
+            self._metrics.in_flight.set(self._count)
 
     def unfinished(self) -> Mapping[TopicPartition, int]:
         return {tp: min(by_offset) for tp, by_offset in self._started.items() if by_offset}
@@ -202,12 +215,26 @@ class FetchHandler(EventHandler):
             if not started.dropped:
                 outcome = started.result()  # afetch raises only for bugs: let them stop the service
                 self._out.send(FETCH_RESULTS, to_result(started.request, outcome, self._compressor))
+                self._observe(started, outcome)
                 self._retire(started)
                 self.fetched += 1
             try:
                 started = self._done.get_nowait()
             except queue.Empty:
                 return
+
+    def _observe(self, started: _Started, outcome: FetchOutcome) -> None:
+        if self._metrics is not None:
+            self._metrics.observe(outcome.outcome, outcome.status, outcome.elapsed_ms, outcome.body_size_bytes)
+        if outcome.outcome in _FAILED:
+            request = started.request
+            logger.debug(
+                "fetch of %s: %s (%s)",
+                request.url,
+                outcome.outcome,
+                outcome.error,
+                extra=log_fields(partition=started.tp.partition, url_key=request.url_key, domain=request.domain),
+            )
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self._fetcher.aclose(), self._aio).result()
@@ -274,6 +301,7 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         wait_s=min(settings.bus.poll_timeout_s, 0.2),
         fence=replay_fence(host, out),
         excluded=excluded_domains(host),
+        metrics=per_registry(FetchMetrics, host.registry),
     )
     loop = host.service_loop(
         "fetcher",

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import REGISTRY, CollectorRegistry
+
 from crawlstream.errors import TransientError
 from crawlstream.index import BuildResult, IndexBuilder, read_manifest
 from crawlstream.lake import list_lake_files
+from crawlstream.metrics import IndexMetrics, per_registry
 from crawlstream.runtime import Heartbeat
 from crawlstream.services._host import Host, install_stop_signals
 from crawlstream.settings import Settings
@@ -61,8 +65,10 @@ class IndexCompactor:
         compact_min_files: int,
         stop_event: threading.Event | None = None,
         heartbeat: Callable[[], None] | None = None,
+        metrics: IndexMetrics | None = None,
     ) -> None:
         self._builder = builder
+        self._metrics = metrics
         self._heartbeat = heartbeat or (lambda: None)
         self._interval_s = interval_s
         self._compact_min_files = compact_min_files
@@ -73,25 +79,40 @@ class IndexCompactor:
     def run_once(self) -> TickResult:
         # 1. incremental build
         build = self._builder.build()
+        self._observe("full" if build.full else "incremental", build)
         # 2. compaction when fragmented
         compaction = None
         if max_live_files_per_partition(self._builder.root) >= self._compact_min_files:
             compaction = self._builder.compact(min_files=self._compact_min_files)
+            self._observe("compaction", compaction)
             logger.info("index-compactor: compacted %d lake partitions", compaction.compacted_partitions)
         # 3. gc after a flip
         flipped = build.version is not None or (compaction is not None and compaction.version is not None)
         removed = len(self._builder.gc().removed_versions) if flipped else 0
+        if self._metrics is not None and removed:
+            self._metrics.gc_removed_versions.inc(removed)
         self.versions_flipped += int(flipped)
         self.ticks += 1
         return TickResult(build, compaction, removed)
 
+    def _observe(self, kind: str, result: BuildResult) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_build(
+                kind, result.seconds, result.version, domains=result.domains, pairs=result.pairs, now_s=time.time()
+            )
+
     def run(self) -> None:
         logger.info("index-compactor: building every %.1fs under %s", self._interval_s, self._builder.root)
+        manifest = read_manifest(self._builder.root)
+        if self._metrics is not None and manifest is not None:
+            self._metrics.set_current(manifest.current_version)  # before the first build: a restart shows it
         while not self._stop.is_set():
             self._heartbeat()
             try:
                 self.run_once()
             except TransientError as exc:
+                if self._metrics is not None:
+                    self._metrics.build_failures.inc()
                 logger.error("index-compactor: tick failed, retrying in %.1fs: %s", self._interval_s, exc)
             self._heartbeat()
             self._stop.wait(self._interval_s)
@@ -105,19 +126,24 @@ class IndexCompactor:
 
 
 def from_settings(
-    settings: Settings, stop_event: threading.Event | None = None, heartbeat: Callable[[], None] | None = None
+    settings: Settings,
+    stop_event: threading.Event | None = None,
+    heartbeat: Callable[[], None] | None = None,
+    registry: CollectorRegistry = REGISTRY,
 ) -> IndexCompactor:
+    """``registry``: where its metrics go (the process's, which ``crawlstream service`` serves)."""
     return IndexCompactor(
         IndexBuilder.from_settings(settings),
         interval_s=settings.index.build_interval_s,
         compact_min_files=settings.index.compact_min_files,
         stop_event=stop_event,
         heartbeat=heartbeat,
+        metrics=per_registry(IndexMetrics, registry),
     )
 
 
 def build(host: Host) -> IndexCompactor:
-    return from_settings(host.settings, host.stop_event)
+    return from_settings(host.settings, host.stop_event, registry=host.registry)
 
 
 def run(settings: Settings) -> int:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 
 import zstandard
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from crawlstream.bus import Message
 from crawlstream.errors import BadDataError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchResult
 from crawlstream.links import DEFAULT_AGENT_TOKEN, RecentUrls, Scope, extract_links_with_stats
+from crawlstream.metrics import LinkMetrics, per_registry
 from crawlstream.robots import product_token
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
@@ -36,46 +36,6 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 RECENT_URLS = 65_536  # ~10 MB of URL strings
 
 logger = logging.getLogger(__name__)
-
-_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Counter]] = weakref.WeakKeyDictionary()
-
-
-def _counter(registry: CollectorRegistry, name: str, doc: str, label: str) -> Counter:
-    """One counter per registry and name (a registry refuses a second registration)."""
-    counters = _COUNTERS.setdefault(registry, {})
-    if name not in counters:
-        counters[name] = Counter(name, doc, [label], registry=registry)
-    return counters[name]
-
-
-def pages_counter(registry: CollectorRegistry) -> Counter:
-    """``crawlstream_link_extractor_pages_total{kind}``: parsed (HTML), sitemap, not_html, redirect, not_ok."""
-    return _counter(
-        registry,
-        "crawlstream_link_extractor_pages",
-        "Fetch results seen by the link extractor, by what it did with them",
-        "kind",
-    )
-
-
-def sitemaps_counter(registry: CollectorRegistry) -> Counter:
-    """``crawlstream_link_extractor_sitemaps_total{result}``: urlset, sitemapindex (parsed), or
-    why one was skipped whole: malformed, dtd, too_large, gzip, truncated."""
-    return _counter(
-        registry, "crawlstream_link_extractor_sitemaps", "Sitemap documents parsed, or skipped by reason", "result"
-    )
-
-
-def nofollow_counter(registry: CollectorRegistry) -> Counter:
-    """``crawlstream_link_extractor_nofollow_total{scope}``: links dropped for rel=nofollow
-    (``link``) and pages whose meta robots or X-Robots-Tag said nofollow (``page``)."""
-    return _counter(
-        registry,
-        "crawlstream_link_extractor_nofollow",
-        "Links and pages not followed because of robots directives",
-        "scope",
-    )
-
 
 class LinkHandler(EventHandler):
     def __init__(
@@ -92,15 +52,15 @@ class LinkHandler(EventHandler):
         sitemap_max_bytes: int = SITEMAP_MAX_BYTES,
         sitemap_max_urls: int = SITEMAP_MAX_URLS,
     ) -> None:
-        registry = registry if registry is not None else CollectorRegistry()
-        pages = pages_counter(registry)
+        metrics = per_registry(LinkMetrics, registry if registry is not None else CollectorRegistry())
+        pages = metrics.pages
         self._parsed = pages.labels("parsed")
         self._sitemap_pages = pages.labels("sitemap")
         self._not_html = pages.labels("not_html")
         self._redirects = pages.labels("redirect")
         self._not_ok = pages.labels("not_ok")
-        self._sitemap_results = sitemaps_counter(registry)
-        nofollow = nofollow_counter(registry)
+        self._sitemap_results = metrics.sitemaps
+        nofollow = metrics.nofollow
         self._nofollow_links = nofollow.labels("link")
         self._nofollow_pages = nofollow.labels("page")
         self._warned: set[str] = set()  # sitemap rejection reasons already logged

@@ -9,11 +9,15 @@ request for each.
 
 from __future__ import annotations
 
+import contextlib
 import time
+
+import redis
 
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
 from crawlstream.frontier import FrontierEntry
+from crawlstream.metrics import PolitenessMetrics, per_registry
 from crawlstream.politeness import EXCLUDED_ERROR, FetchOutcome, Scheduler
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
@@ -138,15 +142,29 @@ class ScheduleHandler(EventHandler):
 def build(host: Host) -> LoopService:
     settings = host.settings
     out = host.event_producer()
+    metrics = per_registry(PolitenessMetrics, host.registry)
+    scheduler = Scheduler.from_settings(settings, host.redis, metrics=metrics)
+    metrics.watch_events(scheduler.stats)
     handler = ScheduleHandler(
-        Scheduler.from_settings(settings, host.redis),
+        scheduler,
         out,
         settings.crawl.dataset_id,
         # fsync policy 'never' trades power-loss safety for speed everywhere, frontier included
         sync_frontier=settings.bus.fsync != "never",
     )
+
+    def sample_pending(owned: list[TopicPartition]) -> None:
+        with contextlib.suppress(redis.RedisError):  # Redis is down: the batch's own calls report it
+            metrics.set_pending(*scheduler.pending_all(sorted({tp.partition for tp in owned})))
+
     loop = host.service_loop(
-        "scheduler", GROUP, TOPICS, handler, producers=[out], poll_timeout_s=min(settings.bus.poll_timeout_s, 0.1)
+        "scheduler",
+        GROUP,
+        TOPICS,
+        handler,
+        producers=[out],
+        poll_timeout_s=min(settings.bus.poll_timeout_s, 0.1),
+        samplers=[sample_pending],
     )
     return LoopService(loop, handler)
 

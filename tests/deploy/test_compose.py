@@ -14,6 +14,7 @@ import yaml
 from deploy_support import REPO, compose_schema_path, load_json, render
 
 from crawlstream.cli import _parser
+from crawlstream.metrics import metrics_port
 from crawlstream.services import SERVICE_NAMES
 from crawlstream.settings import Settings, iter_specs
 
@@ -64,6 +65,15 @@ def test_every_service_runs_against_kafka_and_redis_with_known_variables(compose
         assert set(env) <= known
         assert env["KAFKA_BOOTSTRAP_SERVERS"].startswith("kafka:")
         _parses_as_crawlstream(_entrypoint_argv(services[name], []))
+
+
+def test_every_service_exposes_the_port_its_metrics_endpoint_listens_on(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in SERVICE_NAMES:
+        env = services[name]["environment"]
+        assert env["CRAWLSTREAM_METRICS_HOST"] == "0.0.0.0", name
+        port = metrics_port(int(env["CRAWLSTREAM_METRICS_PORT"]) if "CRAWLSTREAM_METRICS_PORT" in env else None, name)
+        assert services[name]["expose"] == [str(port)], name
 
 
 def test_topics_are_created_with_the_configured_partitions_before_any_service_starts(

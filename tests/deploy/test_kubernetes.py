@@ -24,6 +24,7 @@ from deploy_support import (
 )
 
 from crawlstream.bus._topic_policy import TopicPolicy
+from crawlstream.metrics import metrics_port
 from crawlstream.services import SERVICE_NAMES, package_for
 from crawlstream.settings import Settings, iter_specs, load
 from crawlstream.topics import ALL_TOPICS, dlq_topic
@@ -335,6 +336,28 @@ def test_prometheus_scrapes_only_ports_that_exist(overlay: tuple[str, Docs]) -> 
             ports = {p["name"] for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
             assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} <= ports
     assert not list(of_kind(docs, "ServiceMonitor"))
+
+
+def test_every_service_serves_its_metrics_port_beyond_loopback_and_is_scraped_there_once(
+    overlay: tuple[str, Docs],
+) -> None:
+    """Each pod's container port `metrics` is the port its service listens on (the ConfigMap
+    binds it to 0.0.0.0), and exactly that port of every service pod is scraped."""
+    docs = overlay[1]
+    settings = load(_config(docs), None)
+    assert settings.metrics.host == "0.0.0.0"
+    monitors = list(of_kind(docs, "PodMonitor"))
+    for name, d in _crawlstream_deployments(docs).items():
+        ports = {p["name"]: p["containerPort"] for p in _container(d)["ports"]}
+        assert ports["metrics"] == metrics_port(settings.metrics.port, name), name
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        scraped = [
+            endpoint
+            for monitor in monitors
+            if monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+            for endpoint in monitor["spec"]["podMetricsEndpoints"]
+        ]
+        assert [(e["port"], e["path"]) for e in scraped] == [("metrics", "/metrics")], name
 
 
 def test_the_readme_says_which_services_need_the_shared_volume(overlay: tuple[str, Docs]) -> None:

@@ -19,13 +19,9 @@ from crawlstream.logs import configure_logging, log_fields, service_context, set
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
     root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
+    level = root.level
     yield
-    configure_logging("WARNING")  # closes the handler the test installed
-    for handler in root.handlers[:]:
-        if handler not in handlers:
-            root.removeHandler(handler)
-            handler.close()
+    configure_logging("WARNING")  # removes the test's handler; pytest's own keep stderr
     root.setLevel(level)
     set_default_service(None)
 
@@ -94,6 +90,17 @@ def test_a_second_call_replaces_the_first_handler(tmp_path: Path) -> None:
     assert _json_lines(second)[0]["message"] == "only in the second"
 
 
+def test_stderr_is_left_to_handlers_someone_else_installed(tmp_path: Path) -> None:
+    """As logging.basicConfig: an embedding application's (here pytest's) handlers keep stderr."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    assert before, "pytest's capture handlers are on the root logger"
+    configure_logging("INFO", fmt="json", file=tmp_path / "x.log")
+    assert len(root.handlers) == len(before) + 1
+    configure_logging("INFO", fmt="json")
+    assert root.handlers == before
+
+
 def test_text_format_is_the_default(tmp_path: Path) -> None:
     log_file = tmp_path / "x.log"
     configure_logging("INFO", file=log_file)
@@ -112,7 +119,8 @@ def test_an_unknown_format_is_refused() -> None:
 
 
 def test_the_cli_logs_json_lines_to_stderr_when_the_env_asks(tmp_path: Path) -> None:
-    """CRAWLSTREAM_LOG_FORMAT=json: every stderr line of a real command is a JSON object."""
+    """CRAWLSTREAM_LOG_FORMAT=json: the log lines of a real command are JSON objects (its progress
+    line, which is not a log line, stays text)."""
     env = {"CRAWLSTREAM_LOG_FORMAT": "json", "CRAWLSTREAM_LOG_LEVEL": "DEBUG", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(
         [sys.executable, "-m", "crawlstream", "seed", "--data-dir", str(tmp_path), "--seeds", "https://example.com/"],
@@ -123,7 +131,7 @@ def test_the_cli_logs_json_lines_to_stderr_when_the_env_asks(tmp_path: Path) -> 
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     assert lines, "the command logged nothing"
     assert {"ts", "level", "logger", "message", "service"} <= set(lines[0])
     assert any(line["logger"] == "crawlstream.cli" for line in lines)  # the effective-settings line

@@ -1,4 +1,9 @@
-"""``crawlstream service <name>``: run one service against the configured bus and Redis."""
+"""``crawlstream service <name>``: run one service against the configured bus and Redis.
+
+The process serves its Prometheus registry (``prometheus_client.REGISTRY``: the service's
+families, plus the client's process and Python ones) on ``metrics.host``, port
+``metrics.port`` or the service's own (``crawlstream.metrics.SERVICE_METRICS_PORTS``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,11 @@ import argparse
 import importlib
 import logging
 
+from prometheus_client import REGISTRY
+
 from crawlstream.errors import ConfigError
 from crawlstream.logs import set_default_service
+from crawlstream.metrics import metrics_port, serve_metrics
 from crawlstream.services import SERVICE_NAMES, package_for
 from crawlstream.settings import Settings, describe
 
@@ -31,4 +39,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"service {args.name!r} is not available in this build ({exc})") from exc
     set_default_service(args.name)
     logger.info("starting service %s with %s", args.name, describe(settings))
-    return int(module.run(settings) or 0)
+    with serve_metrics(REGISTRY, settings.metrics.host, metrics_port(settings.metrics.port, args.name)):
+        return int(module.run(settings) or 0)

@@ -63,6 +63,7 @@ from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
 from crawlstream.robots import MAX_CRAWL_DELAY_S
 
 if TYPE_CHECKING:
+    from crawlstream.metrics import PolitenessMetrics
     from crawlstream.settings import Settings
 
 __all__ = ["Scheduler"]
@@ -349,8 +350,10 @@ class Scheduler:
         max_depth: int = 20,
         lease_s: float = 600.0,
         compact_min_bytes: int = 64 * 1024,
+        metrics: PolitenessMetrics | None = None,
     ) -> None:
         self.redis = redis_client
+        self.metrics = metrics  # observes each wait it sets (crawlstream_politeness_wait_seconds)
         self.files = FrontierFiles(frontier_root)
         self.clock = clock
         self.min_delay_ms = int(min_delay_s * 1000)
@@ -374,7 +377,14 @@ class Scheduler:
         self._warned: set[str] = set()
 
     @classmethod
-    def from_settings(cls, settings: Settings, redis_client: redis.Redis, clock: Clock = time.time) -> Scheduler:
+    def from_settings(
+        cls,
+        settings: Settings,
+        redis_client: redis.Redis,
+        clock: Clock = time.time,
+        *,
+        metrics: PolitenessMetrics | None = None,
+    ) -> Scheduler:
         s = settings.scheduler
         return cls(
             redis_client,
@@ -389,6 +399,7 @@ class Scheduler:
             max_depth=s.max_depth,
             lease_s=s.lease_s,
             compact_min_bytes=s.compact_min_bytes,
+            metrics=metrics,
         )
 
     def now_ms(self) -> int:
@@ -732,7 +743,9 @@ class Scheduler:
         if outcome.excluded:  # nothing was fetched: the politeness state stays as it was
             next_at, backoff_level, crawl_delay_ms = max(_int(row[3]), now), _int(row[5]), _int(row[4])
         else:
-            next_at, backoff_level, crawl_delay_ms = self._next_fetch(now, row, outcome)
+            next_at, backoff_level, crawl_delay_ms, reason = self._next_fetch(now, row, outcome)
+            if self.metrics is not None:
+                self.metrics.observe_wait(reason, (next_at - now) / 1000.0)
         row[3], row[4], row[5] = next_at, crawl_delay_ms, backoff_level
         retry = None
         new_size: int | str = ""
@@ -770,22 +783,36 @@ class Scheduler:
         self.stats["completed"] += 1
         return retry
 
-    def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int]:
-        """(next fetch at ms, back-off level, Crawl-delay ms) after ``outcome``. Pure arithmetic."""
+    def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int, str]:
+        """(next fetch at ms, back-off level, Crawl-delay ms, what decided the wait) after
+        ``outcome``. Pure arithmetic. The reason is one of ``crawlstream.metrics.WAIT_REASONS``:
+        the largest term; back-off and Retry-After only when they lengthen the wait."""
         crawl_delay_s = _seconds(outcome.crawl_delay_s)
         crawl_delay_ms = int(crawl_delay_s * 1000) if crawl_delay_s is not None else _int(row[4])
+        overridden = len(row) > 6 and row[6] is not None
         min_delay_ms = _int(row[6], self.min_delay_ms) if len(row) > 6 else self.min_delay_ms  # operator override
-        delay_ms = max(min_delay_ms, crawl_delay_ms, int(self.response_time_factor * outcome.elapsed_ms))
+        delay_ms, reason = max(
+            (min_delay_ms, "override" if overridden else "min_delay"),
+            (crawl_delay_ms, "crawl_delay"),
+            (int(self.response_time_factor * outcome.elapsed_ms), "response_time"),
+            key=lambda term: term[0],
+        )
         level = _int(row[5])
         if outcome.backs_off:
             level = min(level + 1, _MAX_BACKOFF_LEVEL)
-            delay_ms = max(delay_ms, min(self.max_backoff_ms, max(delay_ms, 1000) * 2**level))
+            backoff_ms = min(self.max_backoff_ms, max(delay_ms, 1000) * 2**level)
+            if backoff_ms > delay_ms:
+                delay_ms, reason = backoff_ms, "backoff"
         else:
             level = 0
         retry_after_s = _seconds(outcome.retry_after_s)
         if retry_after_s is not None and retry_after_s > 0:
-            delay_ms = max(delay_ms, min(self.max_backoff_ms, int(retry_after_s * 1000)))
-        return max(_int(row[3]), now + delay_ms), level, crawl_delay_ms
+            retry_after_ms = min(self.max_backoff_ms, int(retry_after_s * 1000))
+            if retry_after_ms > delay_ms:
+                delay_ms, reason = retry_after_ms, "retry_after"
+        if _int(row[3]) > now + delay_ms:  # a later next fetch time was set before (a migrated one)
+            return _int(row[3]), level, crawl_delay_ms, "held"
+        return now + delay_ms, level, crawl_delay_ms, reason
 
     def _reclaim_expired(self, partition: int, expired: Sequence[Any]) -> None:
         """Tickets whose lease ran out were lost on the way (a crash before produce): time them out."""

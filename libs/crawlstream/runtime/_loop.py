@@ -27,18 +27,20 @@ Signals belong to the entry point: it calls ``stop()`` from its handler.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from crawlstream.bus import Consumer, Message, Producer, TopicPartition
-from crawlstream.errors import BadDataError
+from crawlstream.errors import BadDataError, TransientError
 from crawlstream.events import TOPIC_EVENTS, EventCodec, dead_letter
+from crawlstream.logs import log_fields, service_context
+from crawlstream.metrics import per_registry
 
 __all__ = ["EventHandler", "Flushable", "LoopMetrics", "LoopService", "ServiceLoop"]
 
@@ -92,13 +94,13 @@ class EventHandler:
 
 
 class LoopMetrics:
-    """Counters of one registry, shared by every loop of a process (labelled by service).
+    """The loops' metrics of one registry, shared by every loop of a process (labelled by
+    service, or by consumer group for the lag): events in (``processed``), out (``produced``,
+    counted by the host's producers) and dead-lettered per topic, and the lag per partition.
 
     Use ``LoopMetrics.of(registry)``: a collector name can be registered only once per
     registry, and in embedded mode several services share one process.
     """
-
-    _by_registry: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, LoopMetrics]] = weakref.WeakKeyDictionary()
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.processed = Counter(
@@ -116,13 +118,26 @@ class LoopMetrics:
         self.batches = Counter(
             "crawlstream_loop_batches", "Batches committed by a service loop", ["service"], registry=registry
         )
+        self.produced = Counter(
+            "crawlstream_events_produced", "Events sent to a topic (queued for the bus)", ["topic"], registry=registry
+        )
+        self.consumer_lag = Gauge(
+            "crawlstream_consumer_lag",
+            "Messages of an owned partition not yet committed by its consumer group (log end - committed "
+            "offset), sampled every metrics.lag_interval_s by the member that owns it",
+            ["group", "topic", "partition"],
+            registry=registry,
+        )
+        self.lag_sample_failures = Counter(
+            "crawlstream_consumer_lag_sample_failures",
+            "Lag samples skipped because the bus did not answer (the loop goes on)",
+            ["group"],
+            registry=registry,
+        )
 
     @classmethod
     def of(cls, registry: CollectorRegistry) -> LoopMetrics:
-        metrics = cls._by_registry.get(registry)
-        if metrics is None:
-            metrics = cls._by_registry[registry] = cls(registry)
-        return metrics
+        return per_registry(cls, registry)
 
 
 class ServiceLoop:
@@ -132,6 +147,12 @@ class ServiceLoop:
     to); ``dlq_producer`` receives dead letters. ``registry`` holds the loop's counters (a
     private one when None; libraries never touch the global registry). ``heartbeat`` is
     called after every iteration, empty or not (``Heartbeat.beat``: the liveness probe's file).
+    ``end_offsets`` (the bus's): with it, every ``lag_interval_s`` the loop sets
+    ``crawlstream_consumer_lag`` of each partition it owns to the log end minus the group's
+    committed offset (its own last commit; the group's, read once, for a partition it has not
+    committed yet), labelled ``group``; a partition it no longer owns loses its series (ADR 019).
+    ``samplers`` are called at the same interval, on the loop's thread, with the partitions it
+    owns (a service's own gauges: the scheduler's ready domains).
     """
 
     def __init__(
@@ -153,8 +174,19 @@ class ServiceLoop:
         stop_event: threading.Event | None = None,
         clock_ms: Callable[[], int] | None = None,
         heartbeat: Callable[[], None] | None = None,
+        group: str = "",
+        end_offsets: Callable[[str], Sequence[int]] | None = None,
+        lag_interval_s: float = 5.0,
+        samplers: Sequence[Callable[[list[TopicPartition]], None]] = (),
     ) -> None:
         self._service = service
+        self._group = group or service
+        self._end_offsets = end_offsets
+        self._lag_interval_s = lag_interval_s
+        self._samplers = list(samplers)
+        self._next_sample_s = 0.0
+        self._group_committed: dict[TopicPartition, int] = {}  # read once per owned partition not committed here
+        self._lag_reported: set[TopicPartition] = set()
         self._heartbeat = heartbeat
         self._consumer = consumer
         self._topics = list(topics)
@@ -228,21 +260,24 @@ class ServiceLoop:
         for tp in partitions:
             self._consumed.pop(tp, None)
             self._committed.pop(tp, None)
+            self._group_committed.pop(tp, None)
+        self._drop_lag(partitions)
 
     def run(self) -> None:
         """Process batches until ``stop()``; exceptions other than bad data propagate."""
-        if not self._subscribed:
-            self.subscribe()
-        logger.info("%s: consuming %s", self._service, ", ".join(self._topics))
-        while not self._stop.is_set():
-            if self.run_once() == 0 and self._stop_when_idle.is_set():
-                break
-        while self._handler.unfinished():  # finish what was started, so nothing replays
-            self._finish_batch()
-            self._beat()
-            time.sleep(self._busy_poll_timeout_s)
-        self._finish_batch(force=True)
-        logger.info("%s: stopped", self._service)
+        with service_context(self._service):  # log lines of this thread name the service
+            if not self._subscribed:
+                self.subscribe()
+            logger.info("%s: consuming %s", self._service, ", ".join(self._topics))
+            while not self._stop.is_set():
+                if self.run_once() == 0 and self._stop_when_idle.is_set():
+                    break
+            while self._handler.unfinished():  # finish what was started, so nothing replays
+                self._finish_batch()
+                self._beat()
+                time.sleep(self._busy_poll_timeout_s)
+            self._finish_batch(force=True)
+            logger.info("%s: stopped", self._service)
 
     def run_once(self) -> int:
         """One poll-handle-flush-commit iteration; returns the number of messages consumed."""
@@ -269,8 +304,50 @@ class ServiceLoop:
         # An idle loop commits at once: deferring saves nothing then, and the drain check
         # of `crawlstream run` waits for every group's commit.
         self._finish_batch(force=not messages and not self._handler.unfinished())
+        self._sample()
         self._beat()
         return len(messages)
+
+    def _sample(self) -> None:
+        now_s = time.monotonic()
+        if now_s < self._next_sample_s or (self._end_offsets is None and not self._samplers):
+            return
+        self._next_sample_s = now_s + self._lag_interval_s
+        owned = self._consumer.assignment()
+        if self._end_offsets is not None:
+            self._sample_lag(owned, self._end_offsets)
+        for sampler in self._samplers:
+            sampler(owned)
+
+    def _sample_lag(self, owned: list[TopicPartition], end_offsets: Callable[[str], Sequence[int]]) -> None:
+        """One end-offsets request per topic (and, for owned partitions not committed by this loop
+        yet, one read of the group's commits), then set the gauges."""
+        try:
+            ends = {topic: end_offsets(topic) for topic in sorted({tp.topic for tp in owned})}
+            unknown = [tp for tp in owned if tp not in self._committed and tp not in self._group_committed]
+            if unknown:
+                for tp, offset in self._consumer.committed(unknown).items():
+                    self._group_committed[tp] = offset or 0  # none yet: the group starts at the beginning
+        except TransientError as exc:
+            self._metrics.lag_sample_failures.labels(self._group).inc()
+            logger.debug("%s: lag not sampled: %s", self._service, exc)
+            return
+        gauge = self._metrics.consumer_lag
+        for tp in owned:
+            end = ends[tp.topic][tp.partition]
+            committed = self._committed.get(tp, self._group_committed.get(tp, 0))
+            gauge.labels(self._group, tp.topic, str(tp.partition)).set(max(0, end - committed))
+        self._drop_lag(list(self._lag_reported - set(owned)))
+        self._lag_reported = set(owned)
+
+    def _drop_lag(self, partitions: Sequence[TopicPartition]) -> None:
+        """Remove the lag series of partitions this member no longer owns (the new owner reports them)."""
+        for tp in partitions:
+            if tp in self._lag_reported:
+                self._lag_reported.discard(tp)
+                # KeyError: another member of the group in this process (one registry) dropped it
+                with contextlib.suppress(KeyError):
+                    self._metrics.consumer_lag.remove(self._group, tp.topic, str(tp.partition))
 
     def _beat(self) -> None:
         if self._heartbeat is not None:
@@ -324,6 +401,7 @@ class ServiceLoop:
     def _dead_letter(self, message: Message, error: BadDataError) -> None:
         error_type = type(error).__name__
         self._metrics.dead_lettered.labels(self._service, message.topic, error_type).inc()
+        where = log_fields(topic=message.topic, partition=message.partition, offset=message.offset)
         if (message.topic, error_type) not in self._warned:
             self._warned.add((message.topic, error_type))
             logger.warning(
@@ -335,6 +413,7 @@ class ServiceLoop:
                 error_type,
                 error,
                 error_type,
+                extra=where,
             )
         else:
             logger.debug(
@@ -345,6 +424,7 @@ class ServiceLoop:
                 message.offset,
                 error_type,
                 error,
+                extra=where,
             )
         if self._clock_ms is None:
             dead_letter(self._dlq, message, error)
@@ -353,6 +433,7 @@ class ServiceLoop:
 
     def close(self) -> None:
         """Leave the group (commits nothing: every handled batch is already committed)."""
+        self._drop_lag(list(self._lag_reported))
         self._consumer.close()
 
     def __enter__(self) -> ServiceLoop:

@@ -369,6 +369,32 @@ class ApiSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """Each process's Prometheus endpoint (README: Metrics and logs; crawlstream.metrics)."""
+
+    port: int | None = setting(
+        None,
+        "port of the process's Prometheus endpoint (GET /metrics). Unset: `crawlstream service NAME` serves "
+        "on NAME's own port (deduper 9401 ... query-api 9408), `crawlstream run` serves none; 0 = none",
+        check=lambda v: None if 0 <= v <= 65535 else "a port number 0-65535",
+    )
+    host: str = setting(
+        "127.0.0.1", "address the Prometheus endpoint binds (0.0.0.0 in a container, for the scraper)"
+    )
+    lag_interval_s: float = setting(
+        5.0,
+        "how often each service loop samples its consumer lag (the topics' end offsets minus its commits)",
+        check=positive,
+    )
+    store_interval_s: float = setting(
+        60.0,
+        "bucket-compressor: a scrape reads the content store's sizes at most this often (they walk the "
+        "store's index; between reads the last ones are served)",
+        check=non_negative,
+    )
+
+
+@dataclass(frozen=True)
 class CrawlSettings:
     """Options of `crawlstream run` (the embedded crawl)."""
 
@@ -448,4 +474,5 @@ class Settings:
     lake: LakeSettings = field(default_factory=LakeSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
