@@ -5,11 +5,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA_DIR ?= ./data
+# Test processes for `make test` (pytest-xdist, one test file per worker at a time).
+TEST_WORKERS ?= 2
 
-.PHONY: run test test-slow bench lint venv kafka schema-registry deploy-tools postgres clean help
+.PHONY: run test test-slow bench lint venv kafka schema-registry deploy-tools postgres chromium clean help
 
 help:
-	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | deploy-tools | postgres | clean"
+	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | deploy-tools | postgres | chromium | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -99,8 +101,20 @@ postgres:
 	  echo "initdb not found: run 'make postgres' as root, or apt-get install postgresql"; exit 1; \
 	fi
 
-test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) postgres
-	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
+# A real browser for the /status page test (tests/api/test_status_page.py): Debian's chromium,
+# driven by Playwright (pip package, no browser download of its own). Installed with apt-get
+# (as root) only when no chromium binary is found.
+chromium:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || test -x /usr/lib/chromium/chromium; then \
+	  true; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else \
+	  echo "chromium not found: run 'make chromium' as root, or apt-get install chromium"; exit 1; \
+	fi
+
+test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) postgres chromium
+	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider

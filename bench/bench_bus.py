@@ -5,7 +5,9 @@ Reported per backend and message size, in events/s for each phase and combined
 a backend that works in other processes, such as Kafka, only wall clock is meaningful).
 Sizes: ~100-byte values (a DiscoveredUrl) and ~20 KB values (a FetchResult with its
 compressed body). Each phase runs on one thread, so the
-figures are per core. Backends are entries of ``BACKENDS``: a name and a context manager
+figures are per core. ``embedded_shared`` is the log as a member of ``crawlstream run
+--processes N`` (the append lock and the published end on every append). Backends are
+entries of ``BACKENDS``: a name and a context manager
 factory yielding a ready ``Bus``; ``bench_bus_kafka`` runs ``bench_backend`` on a real Kafka
 broker beside the embedded log.
 
@@ -42,8 +44,21 @@ def _embedded(fsync: str = "batch") -> Iterator[Bus]:
             bus.close()
 
 
+@contextlib.contextmanager
+def _embedded_shared(fsync: str = "batch") -> Iterator[Bus]:
+    """The log as one member of a multi-process run (ADR 025): every append takes the
+    cross-process append lock and publishes the partition's end."""
+    with tempfile.TemporaryDirectory(prefix="bench-bus-") as tmp:
+        bus = EmbeddedBus(Path(tmp), default_partitions=PARTITIONS, fsync=fsync, member=(0, 1), first=True)
+        try:
+            yield bus
+        finally:
+            bus.close()
+
+
 BACKENDS: dict[str, MakeBus] = {
     "embedded": _embedded,
+    "embedded_shared": _embedded_shared,
 }
 
 

@@ -9,6 +9,9 @@ before each crawler.
 * crawlstream: ``crawlstream run --exit-when-done`` with the default services (pages are
   stored in the content store and the Parquet lake), resolver map to the loopback web,
   scheduler minimum delay 0 and response-time factor 0.
+  It runs twice, ``--processes 1`` and ``--processes 2`` (ADR 025), each on a fresh data dir:
+  ``processes`` in the JSON compares them (pages/s, CPU per page, peak RSS summed over the
+  run's processes, the scaling factor); ``crawlstream`` is the two-process run.
 * Scrapy: ``bench/_scrapy_baseline.py`` (see its docstring for the tuning), through the
   demo web's forward proxy; it stores nothing.
 
@@ -32,6 +35,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench._harness import REPO, main
 from crawlstream.demoweb import DemoWeb, RequestRecord
@@ -78,8 +83,9 @@ def _run_child(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict[st
         cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     timed_out = False
+    sampler = _RssSampler(proc.pid)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = sampler.communicate(proc, timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)  # our own child's session only
@@ -93,6 +99,8 @@ def _run_child(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict[st
         "timed_out": timed_out,
         "wall_s": round(wall_s, 2),
         "cpu_s": round(cpu_s, 2),
+        "peak_rss_mb_sum": round(sampler.peak_bytes / 2**20, 1),
+        "processes_seen": sampler.max_processes,
     }
     try:
         result["summary"] = json.loads(lines[-1]) if lines else None
@@ -101,6 +109,40 @@ def _run_child(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict[st
     if proc.returncode != 0 or timed_out:
         result["stderr_tail"] = err[-2000:]
     return result
+
+
+class _RssSampler:
+    """Peak of the summed RSS of a process and its descendants (sampled every 0.2 s)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak_bytes = 0
+        self.max_processes = 0
+
+    def sample(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        self.peak_bytes = max(self.peak_bytes, total)
+        self.max_processes = max(self.max_processes, len(procs))
+
+    def communicate(self, proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.sample()
+            try:
+                return proc.communicate(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    raise
 
 
 def _log_stats(log: list[RequestRecord]) -> dict[str, Any]:
@@ -173,8 +215,8 @@ def write_crawl_inputs(web: DemoWeb, root: Path) -> tuple[Path, Path]:
     return seeds_file, resolve_map_file
 
 
-def crawlstream_run_command(seeds_file: Path) -> list[str]:
-    """``crawlstream run --exit-when-done`` on the embedded bus: the embedded crawl."""
+def crawlstream_run_command(seeds_file: Path, processes: int = 1) -> list[str]:
+    """``crawlstream run --exit-when-done --processes N`` on the embedded bus: the embedded crawl."""
     return [
         sys.executable,
         "-c",
@@ -184,6 +226,8 @@ def crawlstream_run_command(seeds_file: Path) -> list[str]:
         "--allow-private-networks",
         "--seeds",
         str(seeds_file),
+        "--processes",
+        str(processes),
     ]
 
 
@@ -196,9 +240,12 @@ def run(quick: bool) -> dict[str, Any]:
         seeds_file, resolve_map_file = write_crawl_inputs(web, tmp_path)
         expected_pages = len(web.reachable_pages())
 
-        crawlstream_cmd = crawlstream_run_command(seeds_file)
         load_before = os.getloadavg()
-        ours = _measure(web, crawlstream_cmd, _crawlstream_env(tmp_path / "data", resolve_map_file), timeout_s)
+        by_processes: dict[int, dict[str, Any]] = {}
+        for processes in (1, 2):
+            env = _crawlstream_env(tmp_path / f"data-{processes}", resolve_map_file)
+            by_processes[processes] = _measure(web, crawlstream_run_command(seeds_file, processes), env, timeout_s)
+        ours = by_processes[2]
 
         scrapy_cmd = [
             sys.executable,
@@ -241,6 +288,18 @@ def run(quick: bool) -> dict[str, Any]:
             "crawler subprocess (web server excluded); wall includes process start-up",
         },
         "crawlstream": ours,
+        "processes": {
+            "processes_1": by_processes[1],
+            "processes_2": by_processes[2],
+            "scaling_pages_per_s_2_over_1": _ratio(by_processes[2]["pages_per_s"], by_processes[1]["pages_per_s"]),
+            "scaling_pages_per_s_active_2_over_1": _ratio(
+                by_processes[2]["pages_per_s_active"], by_processes[1]["pages_per_s_active"]
+            ),
+            "cpu_per_page_2_over_1": _ratio(
+                by_processes[2]["cpu_s_per_1000_pages"], by_processes[1]["cpu_s_per_1000_pages"]
+            ),
+            "note": "same web, same run, fresh data dir each; CPU = user+sys of the run and its workers",
+        },
         "scrapy": theirs,
         "ratio_crawlstream_over_scrapy": {
             "pages_per_s": pps,

@@ -11,6 +11,11 @@ peak RSS are its own; it is then run again (the finished no-op) and with ``--res
 row read again, nothing new). ``rows_per_cpu_s`` is the one-core rate (goal: 50,000).
 
 ``python -m bench migrate [--quick]``
+
+Baseline in the same run: with ``CRAWLSTREAM_BENCH_BASELINE=DIR`` (a directory holding an older
+``crawlstream`` package, e.g. ``git archive <ref> libs services schemas`` unpacked, with
+``services`` and ``schemas`` copied into ``crawlstream/``), the first run is measured twice
+with each, interleaved, and ``first_run_vs_baseline_cpu`` is the ratio of their best CPU times.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import gzip
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -90,31 +94,46 @@ def _load(dsn: str, n_rows: int, content_root: Path) -> dict[str, int]:
     return {"visited_urls": n_visited, "frontier": n_frontier, "domain_metadata": n_meta}
 
 
-def _migrate(dsn: str, data_dir: Path, content_root: Path, *extra: str) -> dict[str, Any]:
-    """One ``crawlstream migrate postgres`` process: its report, wall and CPU seconds, peak RSS."""
+def _migrate(
+    dsn: str, data_dir: Path, content_root: Path, *extra: str, code: Path | None = None,
+    settings: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One ``crawlstream migrate postgres`` process: its report, wall and CPU seconds, peak RSS.
+
+    ``code``: a directory holding another ``crawlstream`` package to run instead (the baseline);
+    ``settings``: extra ``CRAWLSTREAM_*`` variables.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLSTREAM_", "KAFKA_", "REDIS_URL"))}
     env.update({"CRAWLSTREAM_DATA_DIR": str(data_dir), "CRAWLSTREAM_BUS_PARTITIONS": "16",
-                "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "10000000", "CRAWLSTREAM_LOG_LEVEL": "WARNING"})
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "10000000", "CRAWLSTREAM_LOG_LEVEL": "WARNING",
+                **(settings or {})})
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     started = time.perf_counter()
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "crawlstream"), "migrate", "postgres", "--dsn", dsn,
-         "--content-root", str(content_root), *extra],
-        env=env, capture_output=True, text=True, check=False, cwd=REPO,
-    )
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "crawlstream", "migrate", "postgres", "--dsn", dsn,
+             "--content-root", str(content_root), *extra],
+            env=env, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+        )
+        assert proc.stdout is not None
+        stdout = proc.stdout.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own CPU time and peak RSS
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"crawlstream migrate failed ({proc.returncode}): {proc.stderr[-3000:]}")
+        raise RuntimeError(f"crawlstream migrate failed ({proc.returncode}): {stderr[-3000:]}")
     wall_s = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    report = json.loads(proc.stdout)
-    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    report = json.loads(stdout)
+    cpu_s, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
     return {
         "rows": report["rows"],
         "wall_s": round(wall_s, 2),
         "cpu_s": round(cpu_s, 2),
         "rows_per_s": round(report["rows"] / wall_s),
         "rows_per_cpu_s": round(report["rows"] / cpu_s) if cpu_s else None,
-        "peak_rss_mb": round(after.ru_maxrss / 1024, 1),  # the largest child so far: runs are in growing order
+        "peak_rss_mb": round(peak / 1024, 1),
         "outcomes": {name: t["outcomes"] for name, t in report["tables"].items()},
         "table_rows_per_s": {
             name: round(t["rows"] / t["seconds"]) if t["seconds"] else None for name, t in report["tables"].items()
@@ -123,14 +142,41 @@ def _migrate(dsn: str, data_dir: Path, content_root: Path, *extra: str) -> dict[
     }
 
 
+def _baseline_code() -> Path | None:
+    """``CRAWLSTREAM_BENCH_BASELINE``: a directory holding an older ``crawlstream`` package."""
+    value = os.environ.get("CRAWLSTREAM_BENCH_BASELINE")
+    if not value:
+        return None
+    code = Path(value)
+    if not (code / "crawlstream" / "__init__.py").is_file():
+        raise SystemExit(f"CRAWLSTREAM_BENCH_BASELINE={value} holds no crawlstream package (bench_migrate docstring)")
+    return code
+
+
 def run(quick: bool) -> dict[str, Any]:
     n_rows = 10_000 if quick else 100_000
+    baseline_code = _baseline_code()
     with tempfile.TemporaryDirectory(prefix="bench-migrate-") as tmp, LocalPostgres() as pg:
         root = Path(tmp)
         loaded = _load(pg.dsn, n_rows, root / "content")
+        result: dict[str, Any] = {"rows_loaded": loaded}
+        if baseline_code is not None:
+            # Interleaved, best CPU of two each: the machine's load changes between runs.
+            pairs = [
+                (_migrate(pg.dsn, root / f"base{i}", root / "content", code=baseline_code),
+                 _migrate(pg.dsn, root / f"new{i}", root / "content"))
+                for i in range(2)
+            ]
+            base = min((b for b, _ in pairs), key=lambda r: r["cpu_s"])
+            new = min((n for _, n in pairs), key=lambda r: r["cpu_s"])
+            result["baseline_first_run"] = base
+            result["baseline_code"] = str(baseline_code)
+            result["first_run_vs_baseline_cpu"] = round(base["cpu_s"] / new["cpu_s"], 2)
+            result["cpu_s_pairs"] = [(b["cpu_s"], n["cpu_s"]) for b, n in pairs]
         first = _migrate(pg.dsn, root / "data", root / "content")
         again = _migrate(pg.dsn, root / "data", root / "content")
         restart = _migrate(pg.dsn, root / "data", root / "content", "--restart", "--no-publish")
         no_publish = _migrate(pg.dsn, root / "data2", root / "content", "--no-publish")
-        return {"rows_loaded": loaded, "first_run": first, "second_run": again, "restart": restart,
-                "first_run_no_publish": no_publish}
+        result.update({"first_run": first, "second_run": again, "restart": restart,
+                       "first_run_no_publish": no_publish})
+        return result

@@ -8,7 +8,9 @@ A request whose domain the operator excluded after it was released (``crawlstrea
 the excluded set is re-read once per batch when it changed) is not fetched: its result, outcome
 ``excluded``, tells the scheduler to park the URL until the domain is included again.
 Redirects are reported, not followed; the link extractor sends the location back through
-dedupe. Each result is sent as soon as its fetch ends (the next request of that domain waits
+dedupe. A revisit's request carries the previous validators and body hash (ADR 022): the
+fetcher sends them as conditional headers and reports ``not_modified`` / ``unchanged``.
+Each result is sent as soon as its fetch ends (the next request of that domain waits
 on it); an offset is committed only after its result and every earlier one of its partition
 were flushed.
 """
@@ -26,11 +28,12 @@ from collections.abc import Callable, Mapping
 import zstandard
 
 from crawlstream.bus import Message, TopicPartition
+from crawlstream.errors import ConfigError
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.logs import log_fields
 from crawlstream.metrics import FetchMetrics, per_registry
-from crawlstream.politeness import ExcludedDomains, ReplayFence
+from crawlstream.politeness import ExcludedDomains, RedisIpGate, ReplayFence
 from crawlstream.robots import ImportedRobots, ImportedRobotsTxt
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
@@ -44,7 +47,6 @@ TOPICS = (FETCH_REQUESTS,)
 _FAILED = frozenset({"timeout", "dns_error", "connect_error", "error", "too_large"})
 
 logger = logging.getLogger(__name__)
-
 
 
 def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandard.ZstdCompressor) -> FetchResult:
@@ -71,6 +73,7 @@ def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandar
         retry_after_s=outcome.retry_after_s,
         crawl_delay_s=outcome.crawl_delay_s,
         robots_sitemaps=list(outcome.robots_sitemaps) if outcome.robots_sitemaps is not None else None,
+        content_hash=outcome.content_hash or None,
     )
 
 
@@ -156,7 +159,14 @@ class FetchHandler(EventHandler):
 
     def _start(self, started: _Started) -> None:
         request = started.request
-        future = asyncio.run_coroutine_threadsafe(self._fetcher.afetch(request.url, attempt=request.attempt), self._aio)
+        fetch = self._fetcher.afetch(
+            request.url,
+            attempt=request.attempt,
+            if_none_match=request.if_none_match,
+            if_modified_since=request.if_modified_since,
+            previous_content_hash=request.previous_content_hash,
+        )
+        future = asyncio.run_coroutine_threadsafe(fetch, self._aio)
         started.future = future
         future.add_done_callback(lambda _f: self._done.put(started))
 
@@ -282,6 +292,19 @@ def excluded_domains(host: Host) -> ExcludedDomains | None:
     return ExcludedDomains(lambda: host.redis)
 
 
+def ip_gate(host: Host) -> RedisIpGate | None:
+    """Per-IP turns (``fetch.per_ip_delay_s`` > 0), shared through the scheduler's Redis."""
+    settings = host.settings
+    if settings.fetch.per_ip_delay_s <= 0:
+        return None
+    if settings.kafka_bootstrap_servers is not None and settings.redis_url is None:
+        raise ConfigError(
+            "fetch.per_ip_delay_s needs the scheduler's Redis (set REDIS_URL): every fetcher takes its turns "
+            "at an address from there"
+        )
+    return RedisIpGate(host.redis, settings.fetch.per_ip_delay_s)
+
+
 def imported_robots(host: Host) -> Callable[[str], ImportedRobotsTxt | None] | None:
     """robots.txt bodies imported by ``crawlstream migrate`` when this process reaches the
     scheduler's Redis (as the fence)."""
@@ -295,7 +318,9 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
     settings = host.settings
     out = host.event_producer()
     handler = FetchHandler(
-        Fetcher.from_settings(settings, resolve_map=resolve_map, imported_robots=imported_robots(host)),
+        Fetcher.from_settings(
+            settings, resolve_map=resolve_map, imported_robots=imported_robots(host), ip_gate=ip_gate(host)
+        ),
         out,
         settings.fetch.concurrency,
         wait_s=min(settings.bus.poll_timeout_s, 0.2),

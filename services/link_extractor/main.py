@@ -1,4 +1,5 @@
-"""Link extractor wiring: consume ``fetch.results``, emit ``urls.discovered``.
+"""Link extractor wiring: consume ``fetch.results``, emit ``urls.discovered`` (and each
+redirect hop to ``urls.records``, the alias map of ADR 024).
 
 HTML bodies yield their links within the crawl scope (robots directives obeyed: no
 rel=nofollow link, nothing from a nofollow page); a redirect yields its location; a sitemap
@@ -20,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from crawlstream.bus import Message
 from crawlstream.errors import BadDataError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchResult
+from crawlstream.fetch import redirect_hop_record
 from crawlstream.links import DEFAULT_AGENT_TOKEN, RecentUrls, Scope, extract_links_with_stats
 from crawlstream.metrics import LinkMetrics, per_registry
 from crawlstream.robots import product_token
@@ -27,7 +29,7 @@ from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.sitemaps import SITEMAP_MAX_BYTES, SITEMAP_MAX_URLS, SitemapError, looks_like_sitemap, parse_sitemap
-from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED
+from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED, URLS_RECORDS
 from crawlstream.urls import canonicalize, url_key
 
 GROUP = "crawlstream.link-extractor"
@@ -83,6 +85,7 @@ class LinkHandler(EventHandler):
                 self._emit(sitemap_url, event, event.depth + 1, "robots", now_ms)
         if event.outcome == "redirect" and event.redirect_location:
             self._redirects.inc()
+            self._record_hop(event)
             self._emit(event.redirect_location, event, event.depth + 1, "redirect", now_ms)
             return
         if event.outcome != "ok" or not event.body_zstd:
@@ -109,7 +112,14 @@ class LinkHandler(EventHandler):
         if extraction.dropped["nofollow"]:
             self._nofollow_links.inc(extraction.dropped["nofollow"])
         for link in extraction.links:
-            self._emit(link.url, event, event.depth + 1, "link", now_ms)
+            self._emit(link.url, event, event.depth + 1, "link", now_ms, raw=link.raw)
+
+    def _record_hop(self, event: FetchResult) -> None:
+        """The hop into the alias map (ADR 024): a ``urls.records`` row of the redirects dataset,
+        whatever the scope says about following it; a Location that is no URL records nothing."""
+        hop = redirect_hop_record(event)
+        if hop is not None:
+            self._out.send(URLS_RECORDS, hop)
 
     def _body(self, event: FetchResult) -> bytes:
         try:
@@ -141,7 +151,11 @@ class LinkHandler(EventHandler):
         for entry in sitemap.entries:
             self._emit(entry.url, event, event.depth + 1, "sitemap", now_ms)
 
-    def _emit(self, url: str, parent: FetchResult, depth: int, source: str, now_ms: int) -> None:
+    def _emit(
+        self, url: str, parent: FetchResult, depth: int, source: str, now_ms: int, *, raw: str | None = None
+    ) -> None:
+        """``raw``: how the URL was written (a link's href) when not ``url``; a non-canonical
+        ``url`` (a Location, a sitemap entry) is its own raw form. Both travel as ``raw_url``."""
         if url in self._recent:  # extracted links are canonical already
             return
         try:
@@ -150,6 +164,8 @@ class LinkHandler(EventHandler):
             return  # counted by the extractor; a bad Location header is the server's problem
         if canonical.url in self._recent or not self._scope.allows(canonical, depth):
             return
+        if raw is None and url != canonical.url:
+            raw = url
         self._recent.add(canonical.url)
         self._out.send(
             URLS_DISCOVERED,
@@ -162,6 +178,7 @@ class LinkHandler(EventHandler):
                 source=source,
                 source_url=parent.url,
                 dataset_id=parent.dataset_id,
+                raw_url=raw,
             ),
         )
         self.discovered += 1

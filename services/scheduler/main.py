@@ -4,7 +4,8 @@ The group subscribes to both topics; both are partitioned by domain checksum wit
 count, so the member owning partition p of one owns p of the other (range assignment) and
 with it those domains' frontier files and Redis state. After every batch (and every poll
 timeout) it asks ``crawlstream.politeness.Scheduler`` which domains are due and emits one
-request for each.
+request for each. A revisit's request carries the page's previous validators (ADR 022); URLs
+sent by ``crawlstream refetch`` (source ``refetch``) are fetched unconditionally.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
 from crawlstream.frontier import FrontierEntry
 from crawlstream.metrics import PolitenessMetrics, per_registry
-from crawlstream.politeness import EXCLUDED_ERROR, FetchOutcome, Scheduler
+from crawlstream.politeness import EXCLUDED_ERROR, REFETCH_SOURCE, FetchOutcome, Scheduler, Validators
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
@@ -38,6 +39,15 @@ _ERRORS = {
     "error": "error",
     "excluded": EXCLUDED_ERROR,
 }
+# outcomes whose page may be revisited: a page came back (or a 304 said it is the same)
+_REVISITABLE = frozenset({"ok", "unchanged", "not_modified"})
+
+
+def _validators(result: FetchResult) -> Validators | None:
+    if result.outcome not in _REVISITABLE:
+        return None
+    headers = result.headers
+    return Validators(headers.get("etag") or None, headers.get("last-modified") or None, result.content_hash)
 
 
 def to_outcome(result: FetchResult) -> FetchOutcome:
@@ -47,6 +57,7 @@ def to_outcome(result: FetchResult) -> FetchOutcome:
         retry_after_s=result.retry_after_s,
         crawl_delay_s=result.crawl_delay_s,
         error=_ERRORS.get(result.outcome),
+        validators=_validators(result),
     )
 
 
@@ -67,6 +78,7 @@ class ScheduleHandler(EventHandler):
         self._due_limit = due_limit
         self._owned: set[int] = set()
         self._incoming: dict[int, list[FrontierEntry]] = {}
+        self._forced: dict[int, list[FrontierEntry]] = {}  # crawlstream refetch: unconditional
         self._results: dict[int, list[tuple[str, str, FetchOutcome]]] = {}
         self._touched: set[int] = set()  # partitions whose frontier files were appended to
         self.requested = 0
@@ -96,7 +108,8 @@ class ScheduleHandler(EventHandler):
                 depth=event.depth,
                 discovered_at_ms=event.discovered_at_ms,
             )
-            self._incoming.setdefault(message.partition, []).append(entry)
+            into = self._forced if event.source == REFETCH_SOURCE else self._incoming
+            into.setdefault(message.partition, []).append(entry)
             return
         self._results.setdefault(message.partition, []).append((event.domain, event.url, to_outcome(event)))
 
@@ -114,9 +127,14 @@ class ScheduleHandler(EventHandler):
             self._scheduler.enqueue(partition, entries)
             self._touched.add(partition)
         self._incoming.clear()
+        for partition, entries in self._forced.items():
+            self._scheduler.enqueue(partition, entries, unconditional=True)
+            self._touched.add(partition)
+        self._forced.clear()
         now_ms = int(time.time() * 1000)
         for ticket in self._scheduler.due_all(sorted(self._owned), limit=self._due_limit):
             entry = ticket.entry
+            previous = ticket.validators or Validators()
             self._out.send(
                 FETCH_REQUESTS,
                 FetchRequest(
@@ -127,6 +145,9 @@ class ScheduleHandler(EventHandler):
                     attempt=entry.attempt,
                     requested_at_ms=now_ms,
                     dataset_id=self._dataset_id,
+                    if_none_match=previous.etag,
+                    if_modified_since=previous.last_modified,
+                    previous_content_hash=previous.content_hash,
                 ),
             )
             self.requested += 1

@@ -62,6 +62,7 @@ def run_client(
     executor_threads: int = 2,
     default_limit: int = 20,
     store: ContentStore | None = None,
+    status: Any = None,
 ) -> T:
     """Start the API on 127.0.0.1 (a real socket), run ``scenario`` against it, stop it."""
 
@@ -75,6 +76,7 @@ def run_client(
             default_limit=default_limit,
             executor_threads=executor_threads,
             store=store,
+            status=status,
         )
         server = TestServer(app, host="127.0.0.1")
         await server.start_server(**RUNNER_OPTIONS)  # the production runner options (no access log)

@@ -204,6 +204,13 @@ def test_url_lookup_returns_canonical_form_key_domain_and_datasets(reader: Index
         "domain": "example.co.uk",
         "datasets": [1],
         "index_version": headers["X-Index-Version"],
+        # no redirect or raw form recorded: the chain is empty (ADR 024)
+        "requested_url": raw,
+        "canonical_url": canonical,
+        "canonical_datasets": [1],
+        "redirects": [],
+        "redirect_end": "none",
+        "raw_form": None,
     }
 
 

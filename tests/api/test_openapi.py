@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import schemathesis
@@ -13,6 +14,7 @@ from schemathesis import GenerationMode
 
 from crawlstream.api import Acl
 from crawlstream.index import IndexReader
+from crawlstream.status import StatusCollector
 from tests.api._lake import run_client
 
 Client = TestClient[Any, Any]
@@ -121,3 +123,17 @@ def test_schemathesis_with_an_acl_finds_no_server_error(reader: IndexReader) -> 
     failures, statuses = run_client(reader, go, max_limit=50, acl=Acl.from_mapping({token: [1, 2]}))
     assert failures == []
     assert statuses.get(200, 0) > 0
+
+
+def test_with_a_status_collector_the_status_routes_are_documented_and_fuzzed_without_server_error(
+    reader: IndexReader, tmp_path: Path
+) -> None:
+    collector = StatusCollector(tmp_path, bus=None, bus_backend=None)  # an empty data dir: every part n/a
+
+    async def go(c: Client) -> tuple[dict[str, Any], list[str], dict[int, int]]:
+        doc = await (await c.get("/openapi.json")).json()
+        return (doc, *await asyncio.to_thread(_fuzz, _base(c), {}))
+
+    doc, failures, statuses = run_client(reader, go, max_limit=50, status=collector)
+    assert {"/v1/status", "/status"} <= set(doc["paths"])
+    assert failures == [] and statuses.get(200, 0) > 0

@@ -52,7 +52,13 @@ def _expected(path: str, lake: dict[int, list[str]]) -> dict[str, Any]:
         return {"domain": "flip.com", "datasets": [{"dataset_id": ds, "url_count": n} for ds, n in counts if n]}
     if path.startswith("/v1/url"):
         holding = [ds for ds in sorted(lake) if LOOKUP in expected_urls("flip.com", ds, lake)]
-        return {"url": LOOKUP, "url_key": url_key(LOOKUP), "domain": "flip.com", "datasets": holding}
+        return {
+            "url": LOOKUP,
+            "url_key": url_key(LOOKUP),
+            "domain": "flip.com",
+            "datasets": holding,
+            **_no_aliases(path.split("url=", 1)[1], holding),
+        }
     offset = int(path.split("offset=")[1].split("&")[0])
     urls = expected_urls("flip.com", 1, lake)
     page = urls[offset : offset + 30]
@@ -62,6 +68,18 @@ def _expected(path: str, lake: dict[int, list[str]]) -> dict[str, Any]:
         "total": len(urls),
         "urls": page,
         "next_offset": offset + 30 if offset + 30 < len(urls) else None,
+    }
+
+
+def _no_aliases(requested: str, holding: list[int]) -> dict[str, Any]:
+    """The ``/v1/url`` fields of a URL without recorded redirects or raw form (ADR 024)."""
+    return {
+        "requested_url": requested,
+        "canonical_url": LOOKUP,
+        "canonical_datasets": holding,
+        "redirects": [],
+        "redirect_end": "none",
+        "raw_form": None,
     }
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
-import logging
 import threading
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from crawlstream.crawl import (
     read_seeds,
     seed_events,
 )
+from crawlstream.crawl._progress import eta_seconds, format_progress
 from crawlstream.errors import ConfigError
 from crawlstream.events import EventCodec, EventProducer, FetchResult
 from crawlstream.runtime import ServiceLoop
@@ -142,19 +143,27 @@ def test_progress_on_a_terminal_is_one_line_rewritten_in_place() -> None:
     reporter.close()
     text = stream.getvalue()
     assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
-    assert "0:01:05 pages 2 (2.5/s)" in text and "3 domains waiting" in text
+    assert "0:01:05 pages 2 (2.5/s)" in text and "domains 3 waiting" in text and "ETA" not in text
 
 
-def test_progress_off_a_terminal_is_a_log_line_every_interval(caplog: pytest.LogCaptureFixture) -> None:
+def test_progress_shows_an_eta_when_the_crawl_has_a_page_budget() -> None:
+    assert eta_seconds(40, 100, 2.0) == 30.0
+    assert eta_seconds(40, 0, 2.0) is None and eta_seconds(40, 100, 0.0) is None
+    line = format_progress(dataclasses.replace(_progress(), eta_s=75.0))
+    assert line.endswith("| ETA 0:01:15")
+
+
+def test_progress_off_a_terminal_is_a_plain_line_every_interval() -> None:
     now = [0.0]
     stream = io.StringIO()
     reporter = ProgressReporter(stream, is_tty=False, log_interval_s=5.0, clock=lambda: now[0])
-    with caplog.at_level(logging.INFO, logger="crawlstream.crawl._progress"):
-        for t in (0.0, 1.0, 4.9, 5.0, 6.0, 10.1):
-            now[0] = t
-            reporter.update(_progress())
-    assert stream.getvalue() == ""
-    assert len([r for r in caplog.records if "progress:" in r.getMessage()]) == 3  # at 0, 5.0 and 10.1
+    for t in (0.0, 1.0, 4.9, 5.0, 6.0, 10.1):
+        now[0] = t
+        reporter.update(_progress())
+    reporter.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 and "\r" not in stream.getvalue()  # at 0, 5.0 and 10.1
+    assert all(line.startswith("0:01:05 pages 10 (2.5/s)") for line in lines)
 
 
 def test_rate_meter_uses_a_moving_window() -> None:

@@ -46,7 +46,10 @@ def test_seed_sends_each_seed_url_once_as_a_depth_0_seed_in_its_domains_partitio
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("# a seed list\nhttp://Example.com/a\n\nhttp://www.example.org/\n")
     assert main(["seed", "--seeds", str(seeds), "http://example.com/a"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"seeded": 2}
+    report = json.loads(capsys.readouterr().out)
+    assert report["seeded"] == 2
+    assert report["outcomes"] == {"sent": 2, "duplicate": 1, "invalid": 0}
+    assert report["skipped"] == {"blank": 1, "comment": 1}
     sent = read_discovered(data_dir)
     assert sorted(e.url for _, e in sent) == ["http://example.com/a", "http://www.example.org/"]
     assert {(e.depth, e.source) for _, e in sent} == {(0, "seed")}
@@ -64,11 +67,13 @@ def test_seed_without_a_valid_url_is_a_usage_error(
     assert "named no valid URL" in capsys.readouterr().err
     assert main(["seed", "--seeds", str(tmp_path / "missing.txt")]) == 2
     assert "neither a URL" in capsys.readouterr().err
+    assert main(["seed"]) == 2
+    assert "needs inputs" in capsys.readouterr().err
 
 
 def test_a_crawl_whose_every_fetch_the_guard_refused_says_which_flag_allows_it(tmp_path: Path) -> None:
     """Loopback seeds without --allow-private-networks: 0 pages, and the summary says why and
-    what to do (on stderr and in the JSON); the placeholder User-Agent draws a warning."""
+    what to do (on stderr and in the JSON); the placeholder User-Agent draws a warning (in the log file)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
     env |= {
         "CRAWLSTREAM_DATA_DIR": str(tmp_path),
@@ -98,4 +103,5 @@ def test_a_crawl_whose_every_fetch_the_guard_refused_says_which_flag_allows_it(t
     assert summary["pages"] == 0 and summary["by_outcome"] == {"blocked_private": 3}
     assert "--allow-private-networks" in summary["hints"][0]
     assert "--allow-private-networks" in result.stderr
-    assert "placeholder contact" in result.stderr
+    # log lines go to the data dir's log file (the terminal keeps the progress display)
+    assert "placeholder contact" in (tmp_path / "logs" / "crawlstream.log").read_text()

@@ -185,6 +185,29 @@ def api_answers(settings: Settings, domains: Iterable[str], page_limit: int = 7)
     return asyncio.run(walk())
 
 
+def url_answers(settings: Settings, urls: Iterable[str]) -> dict[str, Any]:
+    """``/v1/url`` for each of ``urls`` (raw forms welcome) through the real app on loopback,
+    without ``index_version`` (so two indexes of the same data compare with ``==``)."""
+    from aiohttp.test_utils import TestClient, TestServer
+    from prometheus_client import CollectorRegistry
+
+    from crawlstream.api import from_settings
+
+    async def ask() -> dict[str, Any]:
+        app = from_settings(settings, registry=CollectorRegistry())
+        out: dict[str, Any] = {}
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            for url in urls:
+                resp = await client.get("/v1/url", params={"url": url})
+                assert resp.status == 200, await resp.text()
+                body = await resp.json()
+                body.pop("index_version")
+                out[url] = body
+        return out
+
+    return asyncio.run(ask())
+
+
 def indexed_urls(answers: dict[str, Any]) -> list[str]:
     """Every URL the API listed, in answer order (duplicates kept, so they can be counted)."""
     return [

@@ -316,7 +316,7 @@ def crawled(
                 check=False,
             )
             assert seeded.returncode == 0, seeded.stderr.decode()[-3000:]
-            assert json.loads(seeded.stdout) == {"seeded": len(web.seed_urls())}
+            assert json.loads(seeded.stdout)["seeded"] == len(web.seed_urls())
             if mid_crawl is not None:
                 ended, added = mid_crawl.act(where, processes)
                 mid_crawl.ended = ended

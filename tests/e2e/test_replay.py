@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
-from e2e_support import api_answers, crawl_env, demo_web, indexed_urls, web_inputs
+from e2e_support import api_answers, crawl_env, demo_web, indexed_urls, url_answers, web_inputs
 
 from crawlstream.errors import ConfigError
 from crawlstream.events import UrlRecord
+from crawlstream.lake import LAKE_SCHEMA, REDIRECTS_DATASET, lake_urls
 from crawlstream.localkafka import LocalKafka
 from crawlstream.replay import STATE_FILE, check_retained, prepare_target
 from crawlstream.services._host import open_host
@@ -134,6 +136,21 @@ def test_the_rebuilt_index_answers_every_domain_and_every_page_as_the_live_one(l
     ]
     assert len(ingested) > INGESTED_HOSTS // 2, "the dataset `crawlstream ingest` imported is rebuilt too"
     assert summary["events"] > DATASET_HOSTS
+
+
+def test_the_rebuilt_alias_map_answers_every_redirect_as_the_live_one(live: Live, replayed: Any) -> None:
+    """Redirect hops live in the lake (ADR 024): replay rebuilds them from ``urls.records``."""
+    _, _, into = replayed
+    files = list((live.settings.data_dir / "urls" / f"dataset_id={REDIRECTS_DATASET}").rglob("*.parquet"))
+    redirecting = sorted(
+        {u.as_py() for f in files for u in lake_urls(pq.read_table(f, schema=LAKE_SCHEMA))}
+    )
+    assert any(u.endswith("/chain/1") for u in redirecting), "the crawl recorded the web's 3-hop chain"
+    live_answers = url_answers(live.settings, redirecting)
+    assert all(a["redirects"] for a in live_answers.values())
+    assert sum(len(a["redirects"]) >= 3 for a in live_answers.values()) >= 1
+    rebuilt = load({"CRAWLSTREAM_DATA_DIR": str(into), **_crawl_vars(live)})
+    assert url_answers(rebuilt, redirecting) == live_answers
 
 
 def _crawl_vars(live: Live) -> dict[str, str]:

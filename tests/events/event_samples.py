@@ -31,6 +31,7 @@ def sample_events() -> dict[str, object]:
             source_url="https://www.example.com/",
             dataset_id=7,
             priority=-2,
+            raw_url="a?b=1#top",
         ),
         topics.FETCH_REQUESTS: FetchRequest(
             url="https://bücher.example.de/ü",
@@ -41,6 +42,9 @@ def sample_events() -> dict[str, object]:
             requested_at_ms=T0_MS,
             max_body_bytes=1 << 20,
             dataset_id=1,
+            if_none_match='W/"abc"',
+            if_modified_since="Wed, 21 Oct 2015 07:28:00 GMT",
+            previous_content_hash="0f" * 16,
         ),
         topics.FETCH_RESULTS: FetchResult(
             url="https://www.example.com/a",
@@ -61,6 +65,7 @@ def sample_events() -> dict[str, object]:
             body_size_bytes=len(body),
             truncated=False,
             dataset_id=3,
+            content_hash="1e" * 16,
         ),
         topics.CONTENT_STORED: ContentStored(
             url="https://www.example.com/a",

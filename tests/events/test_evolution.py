@@ -40,7 +40,7 @@ def _evolved(file_name: str) -> Schema:
 def ids() -> LocalSchemaIds:
     """The bundled ids plus the evolved versions, as a registry holding both would."""
     bundled = LocalSchemaIds.bundled()
-    schemas = {schema_id: bundled.schema_for(schema_id) for schema_id in range(1, 8)}  # 3, 4: history/
+    schemas = {schema_id: bundled.schema_for(schema_id) for schema_id in range(1, 11)}  # 1, 2, 3, 4, 6: history/
     schemas[101] = _evolved("discovered_url.avsc")
     schemas[102] = _evolved("fetch_result.avsc")
     schemas[103] = _evolved("fetch_result_incompatible.avsc")
@@ -67,7 +67,7 @@ def test_old_reader_reads_a_new_writers_message_ignoring_the_new_field(ids: Loca
 def test_new_reader_reads_an_old_writers_message_with_the_null_default(ids: LocalSchemaIds) -> None:
     old = sample_events()[topics.URLS_DISCOVERED]
     value = EventCodec(ids).encode(old, topics.URLS_DISCOVERED)  # type: ignore[arg-type]
-    assert schema_id_of(value) == 1
+    assert schema_id_of(value) == 10  # DiscoveredUrl's current id (raw_url added, ADR 024)
     name, record = _new_codec(ids, **{DISCOVERED: _evolved("discovered_url.avsc")}).decode_record(value)
     assert name == DISCOVERED
     assert record == {**dataclasses.asdict(old), "language": None}

@@ -173,7 +173,7 @@ def test_stored_bodies_are_imported_and_missing_or_escaping_paths_counted(migrat
     assert details["content_imported"] >= imported
     assert details["content_missing"] >= migrated.seed.content_missing * 0.8
     assert details["content_outside_root"] == migrated.seed.content_outside
-    assert details["redirect_not_mapped"] >= migrated.seed.redirects * 0.8
+    assert details["redirect_mapped"] >= migrated.seed.redirects * 0.8
 
 
 def test_robots_bodies_exclusions_and_next_fetch_times_reach_the_scheduler_state(migrated: Migrated) -> None:

@@ -244,7 +244,7 @@ def test_a_delay_override_takes_effect_within_a_second_on_two_schedulers_sharing
         before = [t for t in times if t < returned]
         assert len(before) >= 5  # it ran fast under the settings
         for a, b in itertools.pairwise(times):
-            if b >= returned and b - a < 0.4 - 0.005:
+            if b >= returned and b - a < 0.4 - 0.02:  # 20 ms: when the thread got to record it
                 late_violations.append(b - returned)
         after = [t for t in times if t >= returned]
         assert 3 <= len(after) <= 6  # about 2 s / 0.4 s

@@ -86,3 +86,29 @@ def test_an_x_robots_tag_for_our_agent_only_stops_the_links() -> None:
     ours = result("http://a.com/p", PAGE, "text/html", headers={"x-robots-tag": "mybot: nofollow"})
     assert handle(ours, agent="mybot")[0] == []
     assert [e.url for e in handle(ours, agent="crawlstream")[0]] == ["http://a.com/next"]
+
+
+def test_a_redirect_records_its_hop_for_the_alias_map_and_carries_the_location_as_written() -> None:
+    from crawlstream.events import UrlRecord
+    from crawlstream.lake import REDIRECTS_DATASET
+
+    event = FetchResult(
+        url="http://a.com/old", url_key=url_key(canonicalize("http://a.com/old")), domain="a.com", depth=1,
+        status=308, outcome="redirect", redirect_location="HTTP://B.com/new#x", fetched_at_ms=5, elapsed_ms=1,
+        attempt=1,
+    )
+    sent, _ = handle(event)
+    hops = [e for e in sent if isinstance(e, UrlRecord)]
+    assert hops == [
+        UrlRecord(REDIRECTS_DATASET, "http://a.com/old", 5,
+                  {"location": "http://b.com/new", "status": "308", "location_raw": "HTTP://B.com/new#x"}, "a.com")
+    ]
+    [target] = [e for e in sent if isinstance(e, DiscoveredUrl)]
+    assert (target.url, target.source, target.raw_url) == ("http://b.com/new", "redirect", "HTTP://B.com/new#x")
+
+
+def test_a_link_keeps_its_href_as_written_when_it_is_not_canonical() -> None:
+    page = b'<html><body><a href=" ../x/./y?b=2&amp;a=1 ">1</a><a href="http://a.com/z">2</a></body></html>'
+    sent, _ = handle(result("http://a.com/p/q", page, "text/html"))
+    assert [(e.url, e.raw_url) for e in sent] == [("http://a.com/x/y?a=1&b=2", "../x/./y?b=2&a=1"),
+                                                 ("http://a.com/z", None)]

@@ -3,9 +3,10 @@
 ``create_app(reader, ...)`` builds the application from plain collaborators (tests);
 ``from_settings(settings)`` and ``serve(settings)`` are what ``crawlstream serve`` and the
 ``query-api`` service run. With a ``ContentStore`` it also reads, deletes and searches
-stored pages (``/v1/content``, ``/v1/content/search``). Tokens live in a tokens file
-(``_tokens``; ``crawlstream tokens``). Response shapes, status codes and access rules: the
-``_app``, ``_acl`` and ``_content`` docstrings, the OpenAPI document at ``/openapi.json``
+stored pages (``/v1/content``, ``/v1/content/search``). ``/status`` is the operator's page over
+``/v1/status`` (``_status``; its sources: ``crawlstream.status``, ADR 020). Tokens live in a
+tokens file (``_tokens``; ``crawlstream tokens``). Response shapes, status codes and access
+rules: the ``_app``, ``_acl``, ``_content`` and ``_status`` docstrings, the OpenAPI document at ``/openapi.json``
 and services/query_api/README.md.
 """
 

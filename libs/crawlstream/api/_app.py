@@ -25,8 +25,9 @@ Contract:
   writes and deletes need a token granted ``delete``; reads need a token unless anonymous
   reads are allowed (loopback bind, no tokens file: ``from_settings``). Datasets the token
   may not see are filtered out, and asking for one directly is a 404 identical to a dataset
-  that does not exist, so existence does not leak. ``/healthz``, ``/metrics`` and
-  ``/openapi.json`` stay open (probes and scrapers carry no token).
+  that does not exist, so existence does not leak. ``/healthz``, ``/metrics``,
+  ``/openapi.json`` and the ``/status`` page's static files stay open (probes and scrapers
+  carry no token; the page's data comes from ``/v1/status``: ``_status`` docstring).
 * Nothing here logs URLs, domains of requests or tokens (seed §8): logs carry the route
   template, status, latency and request id.
 * Content read / delete / search over the :class:`~crawlstream.store.ContentStore` (optional
@@ -65,13 +66,17 @@ from crawlstream.api._inputs import (
 )
 from crawlstream.api._metrics import ApiMetrics
 from crawlstream.api._openapi import openapi_document
+from crawlstream.api._status import add_status_routes
 from crawlstream.api._tokens import TokensFile, default_tokens_path, ensure_tokens_file
+from crawlstream.api._urls import url_answer
 from crawlstream.errors import ConfigError, CrawlstreamError, TransientError
 from crawlstream.index import NotCached
+from crawlstream.lake import is_alias_dataset
 
 if TYPE_CHECKING:
     from crawlstream.index import IndexReader, PinnedIndex
     from crawlstream.settings import Settings
+    from crawlstream.status import StatusCollector
     from crawlstream.store import ContentStore
 
 __all__ = [
@@ -148,6 +153,7 @@ class QueryApi:
         executor_threads: int,
         request_timeout_s: float,
         content: bool = False,
+        status: bool = False,
     ) -> None:
         self.reader = reader
         self.max_limit = max_limit
@@ -164,6 +170,7 @@ class QueryApi:
                 default_limit=self.default_limit,
                 anonymous_reads=access.anonymous_reads,
                 content=content,
+                status=status,
             )
         )
 
@@ -217,7 +224,7 @@ class QueryApi:
         def work(idx: PinnedIndex) -> dict[str, Any]:
             domain_id = idx.domain_id(domain)
             found = idx.datasets_for_domain_id(domain, domain_id) if domain_id is not None else ()
-            visible = [d for d in found if grant.allows(d.dataset_id)]
+            visible = [d for d in found if grant.allows(d.dataset_id) and not is_alias_dataset(d.dataset_id)]
             if not visible:
                 raise ApiError(404, "unknown_domain", f"no dataset (visible to you) contains domain {domain!r}")
             datasets = ",".join([f'{{"dataset_id":{ds},"url_count":{n}}}' for ds, n in visible])
@@ -251,18 +258,15 @@ class QueryApi:
 
     async def url(self, request: web.Request) -> web.Response:
         grant = request[GRANT_KEY]
-        canon = parse_url(query_param(request.query, "url"))
+        requested = query_param(request.query, "url")
+        canon = parse_url(requested)  # 400 when missing: ``requested`` is a str from here on
+        requested = requested or ""
         from crawlstream.urls import url_key
 
         key = url_key(canon)
 
         def work(idx: PinnedIndex) -> dict[str, Any]:
-            return {
-                "url": canon.url,
-                "url_key": key,
-                "domain": canon.domain,
-                "datasets": grant.filter(sorted(idx.lookup_url(canon.url))),
-            }
+            return url_answer(idx, canon, key, requested, grant)  # + redirect chain, raw form (ADR 024)
 
         return await self._run(request, work, reads_lake=True)
 
@@ -270,7 +274,8 @@ class QueryApi:
 
     async def healthz(self, request: web.Request) -> web.Response:
         def work(idx: PinnedIndex) -> dict[str, Any]:
-            return {"status": "ok", "domains": idx.domain_count(), "datasets": len(idx.dataset_ids())}
+            datasets = sum(1 for d in idx.dataset_ids() if not is_alias_dataset(d))  # the alias map is no dataset
+            return {"status": "ok", "domains": idx.domain_count(), "datasets": datasets}
 
         try:
             return await self._run(request, work, reads_lake=False)
@@ -365,13 +370,15 @@ def create_app(
     executor_threads: int = 4,
     request_timeout_s: float = 10.0,
     store: ContentStore | None = None,
+    status: StatusCollector | None = None,
 ) -> web.Application:
     """The application. The caller owns ``reader`` and ``store`` (close them after the app is cleaned up).
 
     ``registry`` receives this app's metrics and is what ``/metrics`` exposes; pass a fresh
     ``CollectorRegistry`` per app in tests (names can be registered once per registry).
     ``store``: serves ``/v1/content*`` (and documents them in ``/openapi.json``); without one
-    those routes answer 503. ``acl``: the tokens (None: no token exists, so nothing can be
+    those routes answer 503. ``status``: what ``/v1/status`` answers from (None: 503).
+    ``acl``: the tokens (None: no token exists, so nothing can be
     written); ``anonymous_reads`` defaults to ``acl is None``.
     """
     metrics = ApiMetrics(registry)
@@ -386,6 +393,7 @@ def create_app(
         executor_threads=executor_threads,
         request_timeout_s=request_timeout_s,
         content=store is not None,
+        status=status is not None,
     )
     app = web.Application(middlewares=[_middleware(api)], client_max_size=64 * 1024)
     app[_APP_KEY] = api
@@ -394,6 +402,7 @@ def create_app(
     app.router.add_get("/v1/domain/{domain}/datasets/{dataset_id}/urls", api.urls)
     app.router.add_get("/v1/url", api.url)
     add_content_routes(app, api, store, registry)
+    add_status_routes(app, api, status)
     app.router.add_get("/healthz", api.healthz)
     app.router.add_get("/metrics", api.metrics_endpoint)
     app.router.add_get("/openapi.json", api.openapi_endpoint)
@@ -444,6 +453,9 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
     # no bucket compressor writes there (ApiSettings.serve_content; `crawlstream demo` does).
     serve_content = settings.api.serve_content and (settings.data_dir / "store").is_dir()
     store = ContentStore.from_settings(settings) if serve_content else None
+    from crawlstream.status import StatusCollector
+
+    status = StatusCollector.from_settings(settings, store=store)
     app = create_app(
         reader,
         max_limit=settings.api.max_limit,
@@ -454,10 +466,12 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
         executor_threads=settings.api.executor_threads,
         request_timeout_s=settings.api.request_timeout_s,
         store=store,
+        status=status,
     )
 
     async def close_reader(app: web.Application) -> None:
         reader.close()
+        status.close()
         if store is not None:
             store.close()
 

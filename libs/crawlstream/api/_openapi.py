@@ -36,7 +36,7 @@ def _response(description: str, schema: str, *, versioned: bool = True) -> dict[
 
 
 def openapi_document(
-    *, max_limit: int, default_limit: int, anonymous_reads: bool, content: bool = False
+    *, max_limit: int, default_limit: int, anonymous_reads: bool, content: bool = False, status: bool = False
 ) -> dict[str, Any]:
     errors = {
         "400": _response("invalid input; `message` says what was expected", "Error"),
@@ -97,6 +97,14 @@ def openapi_document(
             "get": {
                 "operationId": "lookupUrl",
                 "summary": "Canonical form, url_key, domain and the datasets containing a URL",
+                "description": (
+                    "Any raw form (a seed line, an href as written) is canonicalized first; `url` is its "
+                    "canonical form. When the crawl recorded redirects from `url`, `redirects` lists the hops "
+                    "in order and `canonical_url` is where the chain ends (`canonical_datasets` hold it); "
+                    "without redirects both equal `url` and `datasets`. `raw_form` is the text the URL was "
+                    "first seen as when that was not canonical. Redirects and raw forms are shown to tokens "
+                    "that see every dataset (or are granted the reserved alias datasets, ADR 024)."
+                ),
                 "parameters": [
                     {"name": "url", "in": "query", "required": True, "schema": {"type": "string", "minLength": 1}}
                 ],
@@ -142,6 +150,8 @@ def openapi_document(
     }
     if content:
         paths.update(_content_paths(max_limit=max_limit, default_limit=default_limit))
+    if status:  # documented when the API has a status collector (else /v1/status answers 503)
+        paths.update(_status_paths(errors["401"]))
     version = {"type": "string", "description": "index version the answer was computed from"}
     schemas: dict[str, Any] = {
         "DatasetCount": {
@@ -195,7 +205,52 @@ def openapi_document(
                 "url_key": {"type": "integer", "minimum": 0},
                 "domain": {"type": "string"},
                 "datasets": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                "requested_url": {"type": "string", "description": "the `url` parameter as given"},
+                "canonical_url": {
+                    "type": "string",
+                    "description": "where the recorded redirect chain from `url` ends; `url` when none",
+                },
+                "canonical_datasets": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 0},
+                    "description": "datasets containing `canonical_url`",
+                },
+                "redirects": {"type": "array", "items": _ref("RedirectHop"), "description": "hops, in order"},
+                "redirect_end": {
+                    "type": "string",
+                    "enum": ["none", "target", "loop", "too_long"],
+                    "description": (
+                        "`none`: no redirect recorded; `target`: `canonical_url` redirects no further; "
+                        "`loop`: the last hop returns into the chain; `too_long`: cut after 20 hops"
+                    ),
+                },
+                "raw_form": {
+                    "type": "object",
+                    "nullable": True,
+                    "required": ["raw", "source"],
+                    "properties": {
+                        "raw": {"type": "string", "description": "the text as first seen"},
+                        "source": {"type": "string", "description": "`seed`, `migrate`, ..."},
+                    },
+                    "description": "the first recorded non-canonical form of `url`; null when none",
+                },
                 "index_version": version,
+            },
+        },
+        "RedirectHop": {
+            "type": "object",
+            "required": ["url", "location", "status"],
+            "properties": {
+                "url": {"type": "string", "description": "the redirecting URL (canonical)"},
+                "location": {"type": "string", "description": "the canonical target"},
+                "status": {
+                    "type": "integer",
+                    "nullable": True,
+                    "minimum": 300,
+                    "maximum": 399,
+                    "description": "null when the source did not record it (a migrated row)",
+                },
+                "location_raw": {"type": "string", "description": "the Location header as written, if different"},
             },
         },
         "Health": {
@@ -411,5 +466,42 @@ def _content_paths(*, max_limit: int, default_limit: int) -> dict[str, Any]:
                 },
             }
             for method, verb in (("put", "add"), ("delete", "remove"))
+        },
+    }
+
+
+def _status_paths(unauthorized: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "/v1/status": {
+            "get": {
+                "operationId": "status",
+                "summary": "What the /status page shows: crawl progress, lag and rates per consumer group, errors "
+                "by kind, top domains, store and index sizes",
+                "description": (
+                    "Each part the API cannot read is null and named in `unavailable` (ADR 020). It aggregates "
+                    "every dataset, so a token limited to some datasets gets 403."
+                ),
+                "responses": {
+                    "200": {
+                        "description": "the status document",
+                        "content": {_JSON: {"schema": {"type": "object", "required": ["unavailable"]}}},
+                    },
+                    "401": unauthorized,
+                    "403": _response(
+                        "the token is limited to some datasets: the status needs '*'", "Error", versioned=False
+                    ),
+                    "503": _response("this API was started without a status collector", "Error", versioned=False),
+                },
+            }
+        },
+        "/status": {
+            "get": {
+                "operationId": "statusPage",
+                "summary": "The status page (HTML; it polls /v1/status every 2 s)",
+                "security": [],
+                "responses": {
+                    "200": {"description": "the page", "content": {"text/html": {"schema": {"type": "string"}}}}
+                },
+            }
         },
     }

@@ -36,6 +36,24 @@ revoked it (or closed), so a commit in ``on_revoke`` is always seen by the next 
 member that stops polling keeps its partitions (there is no session timeout in one
 process), and ``on_lost`` is never called.
 
+Several processes (``member=(i, n)``; ``crawlstream run --processes N``, ADR 025): every process
+opens the log with a shared ``flock`` on ``.lock`` (an exclusive open, the single-process mode,
+waits for none and refuses while any runs), appends through the partition's append lock and
+reads what the others published (see ``_embedded_log``; a consumer with nothing to read looks
+again after ``_SHARED_POLL_MIN_S``, backing off to ``_SHARED_POLL_MAX_S``). Membership is
+static, like Kafka's with fixed member ids:
+process ``i`` of ``n`` owns partition ``p`` of every topic of a group when ``p % n == i``, the
+same partitions for every topic (co-partitioning holds); inside the process its members share
+them by range as above. Groups in ``solo_groups`` (services whose state is one directory: the
+content store, the lake sink, the run's stats) are owned whole by the one process that runs
+them. Each process writes its group commits to its own file, ``offsets.<i>-of-<n>.json`` (only
+the partitions it owns; ``offsets.json`` for a whole group), and a group's committed offset of
+a partition is the one in the most recently written file that has it (``read_committed``), so
+a run with another N, or a single-process run, resumes where the last owner committed.
+
+``format.json`` (``{"version": 2}``, written by the first shared open) marks a log that may hold
+per-member offsets files; a log of a newer version is refused with a message.
+
 Retention is out of scope: nothing is deleted, so no group ever misses unconsumed data.
 """
 
@@ -48,7 +66,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +79,11 @@ from crawlstream.bus._base import (
     Producer,
     TopicPartition,
 )
-from crawlstream.bus._embedded_log import Cursor, PartitionLog, PendingRecord
+from crawlstream.bus._embedded_log import Cursor, PartitionLog, PendingRecord, read_end_offset
 from crawlstream.durable import fsync_dir
 from crawlstream.errors import BusUnavailable, ChecksumMismatch, ConfigError, StorageUnavailable
 
-__all__ = ["EmbeddedBus"]
+__all__ = ["FORMAT_VERSION", "EmbeddedBus", "LogState", "read_committed", "read_log_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +91,46 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _FSYNC_POLICIES = ("always", "batch", "never")
 _FETCH_BYTES = 1 << 20
 _PREFETCH_RECORDS = 2048
+# Shared mode: an idle consumer looks for other processes' appends after 5 ms, then less and less
+# often while nothing comes (doubling to 40 ms): an idle crawl costs little CPU, a busy one finds data.
+_SHARED_POLL_MIN_S = 0.005
+_SHARED_POLL_MAX_S = 0.04
+FORMAT_VERSION = 2
+_OFFSETS_GLOB = "offsets*.json"
+
+
+def offsets_file_name(member: tuple[int, int]) -> str:
+    """The offsets file a process writes: ``offsets.json`` for a whole group, else per member."""
+    index, count = member
+    return "offsets.json" if count == 1 else f"offsets.{index}-of-{count}.json"
+
+
+def read_committed(group_dir: Path) -> dict[TopicPartition, int]:
+    """A group's committed offsets on disk, without any lock: per partition, the value of the
+    most recently written offsets file that has it (files are replaced atomically)."""
+    found: list[tuple[int, str, Path]] = []
+    for path in group_dir.glob(_OFFSETS_GLOB):
+        if path.name.endswith(".tmp"):
+            continue
+        try:
+            found.append((path.stat().st_mtime_ns, path.name, path))
+        except FileNotFoundError:
+            continue
+    out: dict[TopicPartition, int] = {}
+    for _, _, path in sorted(found):  # oldest first: newer files overwrite
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            raise BusUnavailable(
+                f"unreadable offsets file {path}: {exc}; it is replaced atomically, so this is "
+                "outside damage: delete it to restart the group from the beginning"
+            ) from exc
+        for topic, parts in raw.items():
+            for p, offset in parts.items():
+                out[TopicPartition(topic, int(p))] = int(offset)
+    return out
 
 
 def _check_name(kind: str, name: str) -> str:
@@ -83,9 +142,40 @@ def _check_name(kind: str, name: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class LogState:
+    """What ``read_log_state`` found: log ends per topic (one per partition) and each group's
+    committed offsets (``{group: {topic: {partition: next offset}}}``)."""
+
+    end_offsets: dict[str, list[int]]
+    committed: dict[str, dict[str, dict[int, int]]]
+
+
+def read_log_state(root: Path) -> LogState:
+    """Committed and end offsets of the embedded log at ``root`` (``<data_dir>/bus``), read-only.
+
+    Takes no lock and writes nothing, so it is safe beside a running crawl of one or several
+    processes (a status page); values are a moment's view (a batch being appended is not counted).
+    """
+    ends: dict[str, list[int]] = {}
+    for meta_path in sorted((root / "topics").glob("*/meta.json")):
+        try:
+            partitions = int(json.loads(meta_path.read_text())["partitions"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        ends[meta_path.parent.name] = [read_end_offset(meta_path.parent / str(p)) for p in range(partitions)]
+    committed: dict[str, dict[str, dict[int, int]]] = {}
+    for group_dir in sorted(p for p in (root / "groups").glob("*") if p.is_dir()):
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, offset in sorted(read_committed(group_dir).items()):
+            by_topic.setdefault(tp.topic, {})[tp.partition] = offset
+        committed[group_dir.name] = by_topic
+    return LogState(ends, committed)
+
+
 def _write_json_atomic(path: Path, data: Any, *, fsync: bool) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # writers never share it
     raw = json.dumps(data, sort_keys=True).encode()
     try:
         with open(tmp, "wb") as fh:
@@ -135,7 +225,13 @@ class EmbeddedBus(Bus):
         default_partitions: int = 8,
         fsync: str = "batch",
         segment_bytes: int = 64 * 1024 * 1024,
+        member: tuple[int, int] | None = None,
+        solo_groups: Collection[str] = (),
+        lock_wait_s: float = 0.0,
+        first: bool = False,
     ) -> None:
+        if member is not None and not 0 <= member[0] < member[1]:
+            raise ConfigError(f"member must be (index, count) with 0 <= index < count, got {member}")
         if fsync not in _FSYNC_POLICIES:
             raise ConfigError(f"fsync policy must be one of {_FSYNC_POLICIES}, got {fsync!r}")
         if default_partitions <= 0 or segment_bytes <= 0:
@@ -144,6 +240,9 @@ class EmbeddedBus(Bus):
         self.default_partitions = default_partitions
         self.fsync = fsync
         self.segment_bytes = segment_bytes
+        self.member = member
+        self.shared = member is not None
+        self.solo_groups = frozenset(solo_groups)
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)  # group state changes; see _wake_all
         self._topics: dict[str, _Topic] = {}
@@ -152,8 +251,9 @@ class EmbeddedBus(Bus):
         self._waiters: dict[_EmbeddedConsumer, frozenset[str]] = {}  # consumer -> its topics
         self._next_member = 0
         self._closed = False
-        self._lock_fd = self._acquire_process_lock()
+        self._lock_fd = self._acquire_process_lock(lock_wait_s, first=first)
         try:
+            self._check_format()
             self._load_topics()
         except BaseException:
             self._release_process_lock()
@@ -173,25 +273,54 @@ class EmbeddedBus(Bus):
 
     # -- process lock ---------------------------------------------------------------------
 
-    def _acquire_process_lock(self) -> int:
+    def _acquire_process_lock(self, wait_s: float, *, first: bool) -> int:
+        """Exclusive (one process) or shared (the members of one run); retried for ``wait_s``
+        (a new run waits out the processes of a killed one that are still stopping). ``first``
+        (shared): the run's first process takes it exclusively, then shares it, so no process
+        of an earlier run is still at work when this run's members start."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise BusUnavailable(f"cannot open the embedded log at {self.root}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise BusUnavailable(
-                f"the embedded log at {self.root} is already open in another process "
-                f"(pid {holder}); stop that process or use a different data dir "
-                "(CRAWLSTREAM_DATA_DIR)"
-            ) from exc
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared and not first else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise BusUnavailable(
+                    f"the embedded log at {self.root} is already open in another process "
+                    f"(pid {holder}); stop that process or use a different data dir "
+                    "(CRAWLSTREAM_DATA_DIR)"
+                ) from exc
+        if not self.shared or first:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        if self.shared and first:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # the run's other members may join now
         return fd
+
+    def _check_format(self) -> None:
+        path = self.root / "format.json"
+        try:
+            version = int(json.loads(path.read_text())["version"])
+        except FileNotFoundError:
+            version = 1
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BusUnavailable(f"unreadable {path}: {exc}; expected {{\"version\": N}}") from exc
+        if version > FORMAT_VERSION:
+            raise BusUnavailable(
+                f"the embedded log at {self.root} has format version {version}, newer than this "
+                f"crawlstream reads ({FORMAT_VERSION}): upgrade crawlstream, or use another data dir"
+            )
+        if self.shared and version < FORMAT_VERSION:
+            _write_json_atomic(path, {"version": FORMAT_VERSION}, fsync=self.fsync != "never")
 
     def _release_process_lock(self) -> None:
         if self._lock_fd >= 0:
@@ -216,11 +345,21 @@ class EmbeddedBus(Bus):
                 ) from exc
             self._topics[name] = self._open_topic(name, partitions)
 
+    @staticmethod
+    def _read_meta(path: Path) -> int | None:
+        try:
+            return int(json.loads(path.read_text())["partitions"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BusUnavailable(f"unreadable topic metadata {path}: {exc}") from exc
+
     def _open_topic(self, name: str, partitions: int) -> _Topic:
         directory = self.root / "topics" / name
         logs = [
             PartitionLog(
-                directory / str(p), name, p, segment_bytes=self.segment_bytes, fsync=self.fsync
+                directory / str(p), name, p, segment_bytes=self.segment_bytes, fsync=self.fsync,
+                shared=self.shared,
             )
             for p in range(partitions)
         ]
@@ -237,6 +376,10 @@ class EmbeddedBus(Bus):
             if partitions <= 0:
                 raise ConfigError(f"a topic needs at least one partition, got {partitions}")
             directory = self.root / "topics" / name
+            existing = self._read_meta(directory / "meta.json") if self.shared else None
+            if existing is not None:  # another process of the run created it meanwhile
+                topic = self._topics[name] = self._open_topic(name, existing)
+                return topic
             directory.mkdir(parents=True, exist_ok=True)
             topic = self._open_topic(name, partitions)
             _write_json_atomic(
@@ -300,25 +443,15 @@ class EmbeddedBus(Bus):
             group = self._groups.get(name)
             if group is None:
                 directory = self.root / "groups" / name
-                group = _Group(name, directory, self._load_offsets(directory / "offsets.json"))
+                group = _Group(name, directory, read_committed(directory))
                 self._groups[name] = group
             return group
 
-    def _load_offsets(self, path: Path) -> dict[TopicPartition, int]:
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise BusUnavailable(
-                f"unreadable offsets file {path}: {exc}; it is replaced atomically, so this is "
-                "outside damage: delete it to restart the group from the beginning"
-            ) from exc
-        return {
-            TopicPartition(topic, int(p)): int(offset)
-            for topic, parts in raw.items()
-            for p, offset in parts.items()
-        }
+    def group_share(self, group: str) -> tuple[int, int]:
+        """(index, count): this process owns partition p of ``group``'s topics when p % count == index."""
+        if self.member is None or group in self.solo_groups:
+            return (0, 1)
+        return self.member
 
     def _new_member(self) -> int:
         with self._cond:
@@ -335,12 +468,13 @@ class EmbeddedBus(Bus):
             if topic is None:
                 continue  # subscribed before it exists: assigned when it is created
             members = sorted(m for m, topics in group.subscriptions.items() if name in topics)
-            n = len(topic.logs)
-            per, extra = divmod(n, len(members))
+            index, of = self.group_share(group.name)
+            mine = [p for p in range(len(topic.logs)) if p % of == index]
+            per, extra = divmod(len(mine), len(members))
             start = 0
             for i, member in enumerate(members):
                 count = per + (1 if i < extra else 0)
-                targets[member].update(TopicPartition(name, p) for p in range(start, start + count))
+                targets[member].update(TopicPartition(name, p) for p in mine[start : start + count])
                 start += count
         group.targets = targets
         logger.info(
@@ -484,6 +618,7 @@ class _EmbeddedConsumer(Consumer):
         self._deferred: ChecksumMismatch | None = None
         self._closed = False
         self._wake = threading.Condition(bus._lock)  # notified by the bus (see _published)
+        self._idle_wait_s = _SHARED_POLL_MIN_S
 
     def subscribe(
         self,
@@ -573,6 +708,7 @@ class _EmbeddedConsumer(Consumer):
             versions = [bus._data_versions.get(t, 0) for t in self._topics]
             out = self._take(max_messages)
             if out:
+                self._idle_wait_s = _SHARED_POLL_MIN_S
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -584,7 +720,11 @@ class _EmbeddedConsumer(Consumer):
                     and not bus._closed
                     and not (self._pending and any(tp not in self._group.holders for tp in self._pending))
                 ):
-                    self._wake.wait(remaining)
+                    if bus.shared:
+                        self._wake.wait(min(remaining, self._idle_wait_s))
+                        self._idle_wait_s = min(2 * self._idle_wait_s, _SHARED_POLL_MAX_S)
+                    else:
+                        self._wake.wait(remaining)
 
     def _take(self, max_messages: int) -> list[Message]:
         """Up to ``max_messages`` from owned partitions, round-robin, from buffers then the log."""
@@ -652,15 +792,23 @@ class _EmbeddedConsumer(Consumer):
                 if not changed:
                     return
                 group.committed.update(changed)
+                share = bus.group_share(group.name)
+                index, of = share
                 snapshot: dict[str, dict[str, int]] = {}
                 for tp, o in group.committed.items():
-                    snapshot.setdefault(tp.topic, {})[str(tp.partition)] = o
+                    if tp.partition % of == index:  # what this process owns (all, in one process)
+                        snapshot.setdefault(tp.topic, {})[str(tp.partition)] = o
             # 1. make what was produced durable, 2. then the offsets that depend on it.
             bus._sync_dirty()
             group.directory.mkdir(parents=True, exist_ok=True)
-            _write_json_atomic(group.directory / "offsets.json", snapshot, fsync=bus.fsync != "never")
+            _write_json_atomic(
+                group.directory / offsets_file_name(share), snapshot, fsync=bus.fsync != "never"
+            )
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        if self._bus.shared:  # other processes commit too: read what is on disk
+            on_disk = read_committed(self._group.directory)
+            return {TopicPartition(*tp): on_disk.get(TopicPartition(*tp)) for tp in partitions}
         with self._bus._cond:
             return {TopicPartition(*tp): self._group.committed.get(TopicPartition(*tp)) for tp in partitions}
 

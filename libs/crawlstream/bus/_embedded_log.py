@@ -30,13 +30,26 @@ back to the last valid record (logged at WARNING). A bad record followed by a va
 mid-log corruption: it is never truncated and never served; readers raise
 ``ChecksumMismatch`` for it and skip to the next valid record (see ``PartitionLog.fetch``).
 
+Shared mode (``shared=True``: several processes append to and read one log, ``crawlstream run
+--processes N``; ADR 025). Appends take an ``fcntl`` lock on ``append.lock`` beside the segments
+(after the in-process lock), catch up with what other processes appended, drop anything a
+killed writer left past the published end, append, and publish the new end in ``head``
+(36 bytes: base offset of the active segment, its size, the next offset, its max timestamp,
+crc32 of those). Readers never read past the published end, so they never see a batch being
+written; they catch up from ``head`` when they reach the end they know. Opening a partition in
+shared mode runs the recovery above under the append lock and publishes its result, so
+``head`` is always derived again at open, never trusted across a crash. Without ``shared``
+nothing of this runs (no ``head``, no lock): the single-process path is unchanged.
+
 Retention is out of scope: nothing is ever deleted.
 """
 
 from __future__ import annotations
 
 import bisect
+import fcntl
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -57,6 +70,7 @@ __all__ = [
     "PendingRecord",
     "decode_records",
     "encode_records",
+    "read_end_offset",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,6 +82,10 @@ _FIXED_AFTER_CRC = _RECORD.size - _PREFIX_BYTES
 _BODY = struct.Struct("<qqiIH")  # the fixed part covered by the crc
 _HEADER = struct.Struct("<HI")
 _INDEX = struct.Struct("<qQq")
+_HEAD_BODY = struct.Struct("<qQqq")  # active segment base, its published size, next offset, max ts
+_HEAD_CRC = struct.Struct("<I")
+HEAD_FILE = "head"
+APPEND_LOCK_FILE = "append.lock"
 _NO_TIMESTAMP = -(1 << 62)
 # A record larger than this is not something we wrote: treat its length field as corrupt.
 _MAX_RECORD_BYTES = 1 << 30
@@ -271,6 +289,19 @@ class _Segment:
             raise StorageUnavailable(f"cannot read {self.log_path} at byte {pos}: {exc}") from exc
 
 
+class _FileLock:
+    """An exclusive ``flock`` for a ``with`` block (the shared log's append lock)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
 @dataclass
 class Cursor:
     """A reader's place in one partition: the next offset, and where it is if known."""
@@ -297,8 +328,10 @@ class PartitionLog:
         segment_bytes: int,
         fsync: str,
         index_interval_bytes: int = 4096,
+        shared: bool = False,
     ) -> None:
         self.directory = directory
+        self.shared = shared
         self.topic = topic
         self.partition = partition
         self.segment_bytes = segment_bytes
@@ -310,8 +343,25 @@ class PartitionLog:
         self._last_index_position = 0
         self.segments: list[_Segment] = []
         self._bases: list[int] = []
+        self._lock_fd = -1
+        self._head_fd = -1
+        self._head_map: mmap.mmap | None = None
+        self._seen_head = b""
         directory.mkdir(parents=True, exist_ok=True)
-        self._open()
+        if not shared:
+            self._open()
+            return
+        try:
+            self._lock_fd = os.open(directory / APPEND_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            self._head_fd = os.open(directory / HEAD_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot open the shared-log files of {directory}: {exc}") from exc
+        with self._append_lock():
+            self._open()  # recovery under the append lock: no other process is mid-write
+            self._write_head()
+        # Read through a mapping: a catch-up that finds nothing new costs no system call.
+        self._head_map = mmap.mmap(self._head_fd, _HEAD_BODY.size + _HEAD_CRC.size, access=mmap.ACCESS_READ)
+        self._seen_head = b""
 
     # -- opening and recovery -------------------------------------------------------------
 
@@ -481,11 +531,107 @@ class PartitionLog:
         os.ftruncate(seg.index_fd, 0)
         os.pwrite(seg.index_fd, data, 0)
 
+    # -- shared mode: the published end ----------------------------------------------------
+
+    def _append_lock(self) -> _FileLock:
+        return _FileLock(self._lock_fd)
+
+    def _write_head(self) -> None:
+        active = self.segments[-1]
+        body = _HEAD_BODY.pack(active.base_offset, active.size, active.next_offset, active.max_ts)
+        raw = body + _HEAD_CRC.pack(zlib.crc32(body))
+        os.pwrite(self._head_fd, raw, 0)
+        self._seen_head = raw  # what this process knows already
+
+    def _read_head(self) -> tuple[int, int, int, int] | None:
+        """The published end, or None when it has not changed since the last read (or was
+        read mid-rewrite: the next catch-up reads it again)."""
+        if self._head_map is None:
+            raw = os.pread(self._head_fd, _HEAD_BODY.size + _HEAD_CRC.size, 0)
+        else:
+            raw = self._head_map[:]
+            if raw == self._seen_head:
+                return None
+        if len(raw) != _HEAD_BODY.size + _HEAD_CRC.size:
+            return None
+        if zlib.crc32(raw[: _HEAD_BODY.size]) != _HEAD_CRC.unpack_from(raw, _HEAD_BODY.size)[0]:
+            return None  # read while another process rewrote it: the next catch-up reads it again
+        self._seen_head = raw
+        base, size, next_offset, max_ts = _HEAD_BODY.unpack_from(raw, 0)
+        return base, size, next_offset, max_ts
+
+    def _load_index_tail(self, seg: _Segment, size: int) -> None:
+        """Index entries other processes added to ``seg`` (those inside its first ``size`` bytes)."""
+        have = len(seg.index_offsets) * _INDEX.size
+        raw = os.pread(seg.index_fd, max(0, os.fstat(seg.index_fd).st_size - have), have)
+        for i in range(0, len(raw) - len(raw) % _INDEX.size, _INDEX.size):
+            offset, position, mts = _INDEX.unpack_from(raw, i)
+            if position >= size:
+                break
+            seg.index_offsets.append(offset)
+            seg.index_positions.append(position)
+            seg.index_max_ts.append(mts)
+
+    def _attach(self, base: int, size: int | None, next_offset: int, max_ts: int) -> _Segment:
+        """Open a segment another process created, trusting its published size (no scan)."""
+        log_path = self.directory / f"{base:020d}.log"
+        try:
+            fd = os.open(log_path, os.O_RDWR)
+            index_fd = os.open(log_path.with_suffix(".idx"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot open segment {log_path}: {exc}") from exc
+        if size is None:
+            size = os.fstat(fd).st_size  # sealed: its writer rolled past it under the lock
+        seg = _Segment(base, log_path, fd, size=size, next_offset=next_offset, max_ts=max_ts, index_fd=index_fd)
+        self._load_index_tail(seg, size)
+        return seg
+
+    def _catch_up(self) -> None:
+        """Take in what other processes appended (from ``head``). Caller holds ``self.lock``."""
+        head = self._read_head()
+        if head is None:
+            return
+        base, size, next_offset, max_ts = head
+        active = self.segments[-1]
+        if base == active.base_offset:
+            if size > active.size:
+                self._load_index_tail(active, size)
+                active.size, active.next_offset, active.max_ts = size, next_offset, max(active.max_ts, max_ts)
+            return
+        if base < active.base_offset:
+            return
+        newer = sorted(
+            b for b in (int(p.stem) for p in self.directory.glob("*.log") if p.stem.isdigit())
+            if active.base_offset < b < base
+        )
+        ends = [*newer, base]
+        active.size = os.fstat(active.fd).st_size
+        self._load_index_tail(active, active.size)
+        active.next_offset = ends[0]
+        for b, following in zip(newer, ends[1:], strict=True):
+            self.segments.append(self._attach(b, None, following, _NO_TIMESTAMP))
+        self.segments.append(self._attach(base, size, next_offset, max_ts))
+        self._bases = [seg.base_offset for seg in self.segments]
+        new_active = self.segments[-1]
+        self._last_index_position = new_active.index_positions[-1] if new_active.index_positions else 0
+
+    def _drop_unpublished(self) -> None:
+        """Cut what a killed writer left past the published end (never acknowledged). Under the lock."""
+        active = self.segments[-1]
+        if os.fstat(active.fd).st_size > active.size:
+            os.ftruncate(active.fd, active.size)
+        index_bytes = len(active.index_offsets) * _INDEX.size
+        if os.fstat(active.index_fd).st_size > index_bytes:
+            os.ftruncate(active.index_fd, index_bytes)
+
     # -- appending ------------------------------------------------------------------------
 
     @property
     def end_offset(self) -> int:
-        """The offset the next appended record gets (the log end)."""
+        """The offset the next appended record gets (the log end; in shared mode, as published)."""
+        if self.shared:
+            with self.lock:
+                self._catch_up()
         return self.segments[-1].next_offset
 
     @property
@@ -493,45 +639,61 @@ class PartitionLog:
         return self.segments[0].base_offset
 
     def append(self, records: Sequence[PendingRecord]) -> int:
-        """Append ``records`` in one ``write``; returns the offset of the first. Takes the lock."""
-        with self.lock:
-            active = self.segments[-1]
-            if active.size >= self.segment_bytes:
-                active = self._roll()
-            base = active.next_offset
-            data, batch_max_ts = encode_records(base, records)
-            position = active.size
-            try:
-                written = os.pwrite(active.fd, data, position)
-                if written != len(data):
-                    raise OSError(f"short write: {written} of {len(data)} bytes")
-                if position - self._last_index_position >= self.index_interval_bytes or position == 0:
-                    os.pwrite(active.index_fd, _INDEX.pack(base, position, active.max_ts),
-                              len(active.index_offsets) * _INDEX.size)
-                    active.index_offsets.append(base)
-                    active.index_positions.append(position)
-                    active.index_max_ts.append(active.max_ts)
-                    self._last_index_position = position
-                if self.fsync == "always":
-                    os.fsync(active.fd)
-            except OSError as exc:
-                # Leave the file as it was so no partial batch is ever exposed or followed.
-                os.ftruncate(active.fd, position)
-                raise StorageUnavailable(
-                    f"append to {active.log_path} failed: {exc}; free disk space or fix permissions"
-                ) from exc
-            # Publish only after the bytes are written: readers never see past ``size``.
-            active.size = position + len(data)
-            if batch_max_ts > active.max_ts:
-                active.max_ts = batch_max_ts
-            active.next_offset = base + len(records)
-            self.dirty = self.fsync == "batch"
+        """Append ``records`` in one ``write``; returns the offset of the first. Takes the lock
+        (and, shared, the append lock of every process: see the module docstring)."""
+        if not self.shared:
+            with self.lock:
+                return self._append_locked(records)
+        with self.lock, self._append_lock():
+            self._catch_up()
+            self._drop_unpublished()
+            base = self._append_locked(records)
+            self._write_head()
             return base
+
+    def _append_locked(self, records: Sequence[PendingRecord]) -> int:
+        active = self.segments[-1]
+        if active.size >= self.segment_bytes:
+            active = self._roll()
+        base = active.next_offset
+        data, batch_max_ts = encode_records(base, records)
+        position = active.size
+        try:
+            written = os.pwrite(active.fd, data, position)
+            if written != len(data):
+                raise OSError(f"short write: {written} of {len(data)} bytes")
+            if position - self._last_index_position >= self.index_interval_bytes or position == 0:
+                os.pwrite(active.index_fd, _INDEX.pack(base, position, active.max_ts),
+                          len(active.index_offsets) * _INDEX.size)
+                active.index_offsets.append(base)
+                active.index_positions.append(position)
+                active.index_max_ts.append(active.max_ts)
+                self._last_index_position = position
+            if self.fsync == "always":
+                os.fsync(active.fd)
+        except OSError as exc:
+            # Leave the file as it was so no partial batch is ever exposed or followed.
+            os.ftruncate(active.fd, position)
+            raise StorageUnavailable(
+                f"append to {active.log_path} failed: {exc}; free disk space or fix permissions"
+            ) from exc
+        # Publish only after the bytes are written: readers never see past ``size``.
+        active.size = position + len(data)
+        if batch_max_ts > active.max_ts:
+            active.max_ts = batch_max_ts
+        active.next_offset = base + len(records)
+        self.dirty = self.fsync == "batch"
+        return base
 
     def _roll(self) -> _Segment:
         old = self.segments[-1]
         if self.fsync != "never":
             os.fsync(old.fd)
+        if self.shared:  # a writer killed while rolling may have left the file: never published
+            stale = self.directory / f"{old.next_offset:020d}.log"
+            for path in (stale, stale.with_suffix(".idx")):
+                if path.exists():
+                    os.truncate(path, 0)
         seg = self._open_segment(old.next_offset, recover_tail=True)
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
@@ -554,12 +716,21 @@ class PartitionLog:
                 os.close(seg.fd)
                 os.close(seg.index_fd)
             self.segments = []
+            if self._head_map is not None:
+                self._head_map.close()
+                self._head_map = None
+            for fd in (self._lock_fd, self._head_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self._lock_fd = self._head_fd = -1
 
     # -- reading --------------------------------------------------------------------------
 
     def _snapshot(self, offset: int) -> tuple[_Segment, int, int, _Segment | None]:
         """(segment holding ``offset``, its visible size, log end, next segment)."""
         with self.lock:
+            if self.shared and offset >= self.segments[-1].next_offset:
+                self._catch_up()
             i = max(0, bisect.bisect_right(self._bases, offset) - 1)
             seg = self.segments[i]
             nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
@@ -672,3 +843,40 @@ class PartitionLog:
                     break  # corrupt: fetch reports it when a reader gets there
                 pos += rel
         return end_offset
+
+
+def read_end_offset(directory: Path) -> int:
+    """The log end of one partition directory, read-only and without any lock (for status pages).
+
+    Scans the last segment from its last usable index entry to the last complete, valid record;
+    a batch being appended at that moment is simply not counted yet.
+    """
+    bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
+    if not bases:
+        return 0
+    log_path = directory / f"{bases[-1]:020d}.log"
+    try:
+        raw_index = (directory / f"{bases[-1]:020d}.idx").read_bytes()
+    except FileNotFoundError:
+        raw_index = b""
+    try:
+        fh = open(log_path, "rb")  # noqa: SIM115 - closed by the with below; a missing file is handled first
+    except FileNotFoundError:
+        return bases[-1]
+    with fh:
+        start, offset = 0, bases[-1]
+        for i in range(len(raw_index) - len(raw_index) % _INDEX.size - _INDEX.size, -1, -_INDEX.size):
+            entry_offset, position, _ = _INDEX.unpack_from(raw_index, i)
+            fh.seek(position)
+            head = fh.read(_RECORD.size)
+            if len(head) == _RECORD.size and _RECORD.unpack_from(head, 0)[2] == entry_offset:
+                start, offset = position, entry_offset
+                break
+        fh.seek(start)
+        data = fh.read()  # from the last index entry: about index_interval_bytes plus a batch
+    pos = 0
+    while True:
+        peeked = _peek(data, pos)
+        if peeked is None or peeked[3] != _OK:
+            return offset
+        pos, offset = peeked[0], peeked[1] + 1

@@ -16,10 +16,14 @@ __all__ = ["open_bus"]
 logger = logging.getLogger(__name__)
 
 
-def open_bus(settings: Settings) -> Bus:
+def open_bus(
+    settings: Settings, *, member: tuple[int, int] | None = None, first: bool = False, lock_wait_s: float = 0.0
+) -> Bus:
     """Kafka when ``KAFKA_BOOTSTRAP_SERVERS`` is set, else the embedded log in ``<data_dir>/bus``.
 
-    The caller owns the result and must ``close()`` it (after its producers and consumers).
+    ``member``/``first``/``lock_wait_s``: the embedded log shared by the processes of one run
+    (``crawlstream run --processes N``; see ``EmbeddedBus``). The caller owns the result and must
+    ``close()`` it (after its producers and consumers).
     """
     if settings.kafka_bootstrap_servers:
         logger.info("bus: Kafka at %s", settings.kafka_bootstrap_servers)
@@ -34,4 +38,7 @@ def open_bus(settings: Settings) -> Bus:
         default_partitions=settings.bus.partitions,
         fsync=settings.bus.fsync,
         segment_bytes=settings.bus.segment_bytes,
+        member=member,
+        first=first,
+        lock_wait_s=lock_wait_s,
     )

@@ -29,6 +29,7 @@ _COMMANDS = (
     "_run",
     "_seed",
     "_exclude",
+    "_refetch",
     "_domain",
     "_service",
     "_ingest",

@@ -45,16 +45,17 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.api import check_port_free, serve, tokens_from_settings
-    from crawlstream.cli._run import run_crawl
+    from crawlstream.cli._run import log_to_data_dir, open_run_host, run_crawl
     from crawlstream.demoweb import DemoWeb
     from crawlstream.index import IndexBuilder, IndexReader
-    from crawlstream.services._host import open_host
     from crawlstream.urls import registered_domain_or_host
 
-    if args.domains < 1 or args.pages_per_domain < 1:
-        raise SystemExit("crawlstream demo: --domains and --pages-per-domain must be >= 1")
+    if args.domains < 1 or args.pages_per_domain < 3:
+        raise SystemExit("crawlstream demo: --domains must be >= 1 and --pages-per-domain >= 3")
     if not args.no_serve:
         check_port_free(settings.api.host, settings.api.port)  # before the crawl, not after it
+    log_file = log_to_data_dir(args, settings, "demo")
+    if not args.no_serve:
         tokens, anonymous_reads = tokens_from_settings(settings)
     # The demo web is on loopback, and its robots.txt 5xx / 503 pages would otherwise hold
     # the run for the production back-offs (minutes): cap them so the demo drains promptly.
@@ -72,16 +73,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     with DemoWeb(args.domains, pages_per_domain=args.pages_per_domain) as web:
         logger.info("demo web: %d domains on 127.0.0.1:%d", args.domains, web.port)
-        with open_host(settings) as host:
+        with open_run_host(settings) as host:
 
             def on_signal(signum: int, frame: Any) -> None:
                 host.stop_event.set()
 
             signal.signal(signal.SIGINT, on_signal)
             signal.signal(signal.SIGTERM, on_signal)
-            summary = run_crawl(host, web.seed_urls(), exit_when_done=True, resolve_map=web.resolve_map)
+            summary = run_crawl(
+                host, web.seed_urls(), exit_when_done=True, resolve_map=web.resolve_map, log_file=log_file
+            )
             interrupted = host.stop_event.is_set() and summary.reason == "stopped"
         sample_domains = sorted({registered_domain_or_host(h) for h in web.hosts})[:3]
+    sys.stderr.write(summary.to_text() + "\n")
     sys.stdout.write(summary.to_line() + "\n")
     if interrupted:
         return 130
@@ -110,11 +114,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict[str, Any]:
     """A few answers of the two main queries, read back through the freshly built index."""
+    from crawlstream.lake import ALIAS_DATASETS
+
     with reader.pin() as index:
         out: dict[str, Any] = {"index_version": index.version, "domains": index.domain_count()}
         answers: list[dict[str, Any]] = []
         for domain in domains:
-            datasets = index.datasets_for_domain(domain)
+            # the crawl's alias rows (redirects, raw forms: ADR 024) are not a dataset users query
+            datasets = [d for d in index.datasets_for_domain(domain) if d.dataset_id not in ALIAS_DATASETS]
             if not datasets:
                 answers.append({"domain": domain, "datasets": []})
                 continue

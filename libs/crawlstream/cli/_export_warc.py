@@ -1,4 +1,6 @@
-"""``crawlstream export-warc [--domain D] OUT.warc.gz``: stored pages as WARC/1.1 response records."""
+"""``crawlstream export-warc [--domain D] [--max-file-bytes N] OUT.warc.gz``: stored pages as WARC/1.1
+(response, request and metadata records per page; ``crawlstream.store._warc``), in one file or in
+parts ``OUT-00000.warc.gz`` ... of about N bytes each."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-from crawlstream.errors import StorageUnavailable
+from crawlstream.errors import ConfigError, StorageUnavailable
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, export_warc
+from crawlstream.store._warc import export_warc_files
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -19,11 +22,26 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("out", type=Path, metavar="OUT.warc.gz", help="file to write (replaced atomically)")
     p.add_argument("--domain", default=None, help="only this registered domain (default: everything)")
+    p.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write parts OUT-00000.warc.gz ... and begin a new one once a part reaches N bytes (default: one file)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     out: Path = args.out
+    if args.max_file_bytes < 0:
+        raise ConfigError(f"--max-file-bytes must be positive (or 0 for one file), got {args.max_file_bytes}")
+    if args.max_file_bytes:
+        with ContentStore.from_settings(settings) as store:
+            files, written, skipped = export_warc_files(store, out, args.max_file_bytes, domain=args.domain)
+        report = {"out": [str(f) for f in files], "records": written, "skipped_corrupt": skipped}
+        sys.stdout.write(json.dumps(report) + "\n")
+        return 0 if not skipped else 1
     tmp = out.with_name(out.name + ".tmp")
     with ContentStore.from_settings(settings) as store:
         try:

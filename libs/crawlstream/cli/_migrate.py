@@ -28,14 +28,20 @@ from pathlib import Path
 from crawlstream.dedupe import Deduper
 from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import ConfigError
-from crawlstream.events import UrlRecord
 from crawlstream.lake import LakeWriter
-from crawlstream.migrate import MigrationReport, PostgresMigrator, PostgresSource, TableReport, finished_report
+from crawlstream.migrate import (
+    MigrationReport,
+    PostgresMigrator,
+    PostgresSource,
+    RecordPublisher,
+    TableReport,
+    finished_report,
+)
 from crawlstream.politeness import Controls, Scheduler
 from crawlstream.redisconn import attach_redis
 from crawlstream.robots import ImportedRobots
 from crawlstream.settings import Settings
-from crawlstream.topics import IN_LAKE_HEADER, URLS_DISCOVERED, URLS_FRONTIER, URLS_RECORDS
+from crawlstream.topics import IN_LAKE_HEADER, URLS_DISCOVERED, URLS_FRONTIER
 
 __all__ = ["migrate_postgres", "register", "run_postgres"]
 
@@ -148,19 +154,18 @@ def migrate_postgres(
         events = host.event_producer()
         publish = published = None
         if not args.no_publish:
-            header = [(IN_LAKE_HEADER, b"1")]
-
-            def publish(ds: int, url: str, domain: str, ts_ms: int | None, fields: dict[str, str]) -> None:
-                events.send(URLS_RECORDS, UrlRecord(ds, url, ts_ms, fields, domain), headers=header)
-
-            published = events.flush
+            # Precompiled UrlRecord values (ADR 017: ~5x cheaper than EventProducer.send per row).
+            publisher = RecordPublisher(events, host.codec, [(IN_LAKE_HEADER, b"1")])
+            publish, published = publisher, publisher.flush
         migrator = PostgresMigrator(
             source,
             state_dir=state_dir,
             dataset_id=dataset_id,
             deduper=Deduper.from_settings(settings),
             scheduler=Scheduler.from_settings(settings, client),
-            lake=LakeWriter.from_settings(settings),
+            # The sink's fast level: a migration writes a file per prefix per checkpoint, which
+            # `index compact` merges and rewrites at lake.zstd_level (ADR 017: zstd 19 was ~1.2 s per 100k rows).
+            lake=LakeWriter.from_settings(settings, zstd_level=settings.lake.sink_zstd_level),
             robots=ImportedRobots(lambda: client),
             controls=Controls(client),
             dedupe_partitions=events.partition_count(URLS_DISCOVERED),

@@ -1,9 +1,14 @@
-"""``crawlstream run``: the whole crawl in one process, on the embedded bus and Redis (or Kafka and
-``REDIS_URL`` when set).
+"""``crawlstream run``: the whole crawl on the embedded bus and Redis (or Kafka and ``REDIS_URL``
+when set).
 
 Seeds go to ``urls.discovered`` (every run: they pass through dedupe, so re-seeding a resumed
 crawl adds nothing), then each crawl service runs on its own thread over one ``Host``, plus
-a stats consumer that counts ``fetch.results`` for the progress line and the summary.
+a stats consumer that counts ``fetch.results`` for the progress line and the summary. With
+``--processes`` N > 1 (the default: one per core) the crawl loop's four services run in N
+worker processes instead, sharing the embedded log and the private Redis, partitions split
+among them (``crawlstream.crawl._processes``, ADR 025); the content store, the lake sink and the
+stats stay here. The terminal gets one progress line and a short summary; log lines go to
+``<data_dir>/logs/crawlstream.log`` unless ``--log-level`` is given.
 Ctrl-C / SIGTERM stop the loops after their batch (they commit and close); running again
 with the same data dir resumes. With ``--exit-when-done`` the run ends once the crawl is
 drained (see ``crawlstream.crawl._drain``) or ``--max-pages`` is reached. The one-line JSON
@@ -19,9 +24,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 from crawlstream.crawl import (
@@ -35,7 +43,9 @@ from crawlstream.crawl import (
     read_seeds,
     send_seeds,
 )
+from crawlstream.crawl._processes import PARTITIONED_SERVICES, WorkerPool, default_processes, open_crawl_host
 from crawlstream.errors import ConfigError
+from crawlstream.logs import configure_logging
 from crawlstream.politeness import Controls, Scheduler
 from crawlstream.runtime import LoopService, ServiceLoop
 from crawlstream.services import package_for
@@ -43,7 +53,16 @@ from crawlstream.services._host import Host, open_host
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED, URLS_FRONTIER
 
-__all__ = ["CRAWL_SERVICES", "DEFAULT_SERVICES", "register", "run", "run_crawl"]
+__all__ = [
+    "CRAWL_SERVICES",
+    "DEFAULT_SERVICES",
+    "crawl_processes",
+    "log_to_data_dir",
+    "open_run_host",
+    "register",
+    "run",
+    "run_crawl",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +76,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser(
         "run",
         parents=[common],
-        help="crawl in one process (embedded bus and Redis in --data-dir); resumes when run again",
+        help="crawl on the embedded bus and Redis in --data-dir (--processes N workers); resumes when run again",
     )
     p.add_argument(
         "--seeds",
@@ -81,10 +100,46 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
+def log_to_data_dir(args: argparse.Namespace, settings: Settings, command: str) -> Path | None:
+    """Keep the terminal for the progress display: log lines go to ``<data_dir>/logs/crawlstream.log``.
+
+    Not when the level was asked for (``--log-level`` or ``CRAWLSTREAM_LOG_LEVEL``): then the
+    user wants the lines where they look. Returns the file (its path is printed once), or None.
+    """
+    if getattr(args, "log_level", None) is not None or "CRAWLSTREAM_LOG_LEVEL" in os.environ:
+        return None
+    path = settings.data_dir / "logs" / "crawlstream.log"
+    configure_logging(settings.log_level, fmt=settings.log_format, file=path)
+    sys.stderr.write(f"crawlstream {command}: log lines go to {path} (--log-level LEVEL shows them here)\n")
+    sys.stderr.flush()
+    return path
+
+
+def crawl_processes(settings: Settings) -> int:
+    """How many worker processes the crawl loop runs in (``--processes``; 1 on Kafka)."""
+    if settings.kafka_bootstrap_servers:
+        if settings.crawl.processes > 1:
+            logger.info("--processes is for the embedded log; on Kafka, run more service processes instead")
+        return 1
+    return settings.crawl.processes or default_processes()
+
+
+@contextmanager
+def open_run_host(settings: Settings) -> Iterator[Host]:
+    """The run's host: the embedded log exclusively (one process), or shared with its workers."""
+    if crawl_processes(settings) == 1:
+        with open_host(settings) as host:
+            yield host
+    else:
+        with open_crawl_host(settings, member=(0, 1), first=True) as host:
+            yield host
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    seeds = read_seeds(args.seeds)
+    seeds = read_seeds(args.seeds, raw=True)  # as written: raw forms reach the alias map (ADR 024)
+    log_file = log_to_data_dir(args, settings, "run")
     names = [n.strip() for n in args.services.split(",") if n.strip()]
-    with open_host(settings) as host:
+    with open_run_host(settings) as host:
 
         def on_signal(signum: int, frame: Any) -> None:
             logger.info("%s: stopping after the current batches", signal.Signals(signum).name)
@@ -92,7 +147,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        summary = run_crawl(host, seeds, services=names, exit_when_done=args.exit_when_done)
+        summary = run_crawl(
+            host, seeds, services=names, exit_when_done=args.exit_when_done, log_file=log_file
+        )
+    sys.stderr.write(summary.to_text() + "\n")
     sys.stdout.write(summary.to_line() + "\n")
     sys.stdout.flush()
     for hint in summary.hints:
@@ -109,14 +167,30 @@ def run_crawl(
     resolve_map: Mapping[str, tuple[str, int]] | None = None,
     progress_stream: TextIO | None = None,
     is_tty: bool | None = None,
+    log_file: Path | None = None,
 ) -> CrawlSummary:
     """Seed, run ``services`` on ``host`` until drained/max pages/``host.stop_event``; summarize.
 
     ``resolve_map`` overrides the fetcher's DNS (tests; the CLI uses ``fetch.resolve_map_file``).
-    Signals are the caller's business: set ``host.stop_event`` to stop.
+    Signals are the caller's business: set ``host.stop_event`` to stop. On a host of
+    ``open_run_host`` with ``--processes`` N > 1, the crawl loop's services run in N worker
+    processes (``log_file``: where they log; None = the inherited stderr) and the others here.
     """
     settings = host.settings
     specs = _service_specs(host, services, resolve_map)
+    groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
+    if getattr(host.bus, "shared", False):
+        partitioned = [s.name for s in specs if s.name in PARTITIONED_SERVICES]
+        pool = WorkerPool(
+            settings,
+            crawl_processes(settings),
+            services=partitioned,
+            resolve_map=resolve_map,
+            log_file=log_file,
+            crawl_stop=host.stop_event,
+        )
+        specs = [s for s in specs if s.name not in PARTITIONED_SERVICES]
+        specs.insert(0, ServiceSpec("workers", lambda: pool, None, ()))
     _seed(host, seeds)
 
     stats_consumer = host.bus.consumer(STATS_GROUP)
@@ -135,8 +209,7 @@ def run_crawl(
     stats_service = LoopService(stats_loop, stats_handler, on_close=stats_handler.save)
     # last: it counts the results the fetcher sends while finishing its fetches in flight
     specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,), last=True))
-
-    groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
+    groups[STATS_GROUP] = (FETCH_RESULTS,)
     probe = LagProbe({g: host.bus.consumer(g) for g in groups}, groups, host.bus.end_offsets)
     reader = Scheduler.from_settings(settings, host.redis)
     partitions = host.bus.partition_count(URLS_FRONTIER)

@@ -1,9 +1,11 @@
-"""``crawlstream seed``: send seed URLs to ``urls.discovered`` on the configured bus.
+"""``crawlstream seed``: stream seed URLs onto ``urls.discovered`` of the configured bus.
 
 How a distributed crawl starts (services running as processes against
 ``KAFKA_BOOTSTRAP_SERVERS`` and ``REDIS_URL``), and how seeds join a running one: seeds pass
-through dedupe like any discovered URL, so seeding a URL twice crawls it once. The count
-sent goes to stdout as one JSON line.
+through dedupe like any discovered URL, so seeding a URL twice crawls it once. Inputs are
+URLs, files of one URL per line (gzip detected by content) and ``-`` for stdin, streamed
+(millions of lines in bounded memory); progress goes to stderr, and one JSON line of counts
+by outcome (invalid lines by reason) to stdout.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import argparse
 import json
 import sys
 
-from crawlstream.crawl import read_seeds, send_seeds
+from crawlstream.bus import EmbeddedBus
+from crawlstream.crawl import SeedIntake, SeedProgress, open_seed_sources
 from crawlstream.errors import ConfigError
 from crawlstream.services._host import open_host
 from crawlstream.settings import Settings
@@ -25,23 +28,43 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "seed",
         parents=[common],
         help="send seed URLs to urls.discovered (Kafka when KAFKA_BOOTSTRAP_SERVERS is set, else the embedded log)",
+        description="Stream seed URLs onto urls.discovered: URL arguments, files of one URL per line "
+        "(plain or gzip) and '-' for stdin. Blank lines and '#' comments are skipped; invalid lines are "
+        "counted by reason, not fatal. Progress on stderr; a JSON line of counts on stdout.",
     )
+    p.add_argument("inputs", nargs="*", metavar="FILE_OR_URL", help="seed files (gzip allowed), URLs, or - for stdin")
     p.add_argument(
         "--seeds",
         nargs="+",
         action="extend",
-        required=True,
+        default=[],
         metavar="FILE_OR_URL",
-        help="seed URLs, or files of one URL per line (repeatable)",
+        help="the same as the positional inputs (repeatable)",
     )
+    p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    urls = read_seeds(args.seeds)
-    if not urls:
-        raise ConfigError(f"--seeds {' '.join(args.seeds)!r} named no valid URL; give URLs or files of URLs")
+    specs = [*args.seeds, *args.inputs]
+    if not specs:
+        raise ConfigError(
+            "crawlstream seed needs inputs: URLs, files of one URL per line (gzip allowed) or - for stdin"
+        )
+    sources = open_seed_sources(specs)
+    sizes = [s.size_bytes for s in sources if not s.is_url]
+    total = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else None
+    progress = None if args.no_progress else SeedProgress(sys.stderr, total or None)
     with open_host(settings) as host:
-        send_seeds(host.event_producer(), urls, settings.crawl.dataset_id)
-    sys.stdout.write(json.dumps({"seeded": len(urls)}) + "\n")
+        # The embedded producer holds what it is given until flush: flush every 50k. Kafka's
+        # bounds its own queue, and a flush there waits for the broker: only at the end.
+        flush_every = 50_000 if isinstance(host.bus, EmbeddedBus) else 0
+        intake = SeedIntake(host.event_producer(), host.codec, settings.crawl.dataset_id, flush_every=flush_every)
+        report = intake.run(sources, progress)
+    sys.stdout.write(json.dumps(report.to_json()) + "\n")
+    if not report.sent and not report.duplicate:
+        raise ConfigError(
+            f"seed inputs {' '.join(specs)!r} named no valid URL ({report.lines} lines, invalid by reason: "
+            f"{dict(report.invalid_by_reason)}); give URLs or files of URLs"
+        )
     return 0

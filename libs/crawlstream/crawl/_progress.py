@@ -1,4 +1,8 @@
-"""Live progress of a crawl: one refreshed line on a terminal, a log line every few seconds otherwise."""
+"""Live progress of a crawl: one refreshed line on a terminal, a plain line every few seconds otherwise.
+
+The display is the terminal's one line of ``crawlstream run`` / ``crawlstream demo`` (their log lines
+go to a file in the data dir unless ``--log-level`` is given), so it is written to the stream, not logged.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-__all__ = ["Progress", "ProgressReporter", "RateMeter", "format_progress"]
+__all__ = ["Progress", "ProgressReporter", "RateMeter", "eta_seconds", "format_progress"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +35,22 @@ class Progress:
     in_flight: int
     errors: int
     lag: int
+    eta_s: float | None = None  # known when the crawl has a page budget (--max-pages) and a rate
 
 
 def format_progress(p: Progress) -> str:
+    eta = f" | ETA {_clock(p.eta_s)}" if p.eta_s is not None else ""
     return (
-        f"{_clock(p.elapsed_s)} pages {p.pages} ({p.pages_per_s:.1f}/s) | frontier ~{p.queued_urls} URLs, "
-        f"{p.domains_waiting} domains waiting, {p.in_flight} in flight | errors {p.errors} | backlog {p.lag}"
+        f"{_clock(p.elapsed_s)} pages {p.pages} ({p.pages_per_s:.1f}/s) | queued ~{p.queued_urls} URLs | "
+        f"domains {p.domains_waiting} waiting, {p.in_flight} in flight | errors {p.errors} | backlog {p.lag}{eta}"
     )
+
+
+def eta_seconds(pages: int, max_pages: int, pages_per_s: float) -> float | None:
+    """Seconds to ``max_pages`` at the current rate; None without a budget or a rate."""
+    if max_pages <= 0 or pages_per_s <= 0:
+        return None
+    return max(0, max_pages - pages) / pages_per_s
 
 
 def _clock(seconds: float) -> str:
@@ -61,8 +74,8 @@ class RateMeter:
 
 
 class ProgressReporter:
-    """Shows ``Progress`` on ``stream``: rewritten in place when it is a terminal, else logged
-    (INFO) at most every ``log_interval_s`` so a log file gets a line every few seconds."""
+    """Shows ``Progress`` on ``stream``: rewritten in place when it is a terminal, else one plain
+    line at most every ``log_interval_s`` (a pipe or a CI log gets a line every few seconds)."""
 
     def __init__(
         self,
@@ -89,7 +102,8 @@ class ProgressReporter:
         now = self._clock()
         if force or self._last_log is None or now - self._last_log >= self._log_interval_s:
             self._last_log = now
-            logger.info("progress: %s", line)
+            self._stream.write(line + "\n")
+            self._stream.flush()
 
     def close(self) -> None:
         """End the refreshed line so later output starts on a fresh one."""

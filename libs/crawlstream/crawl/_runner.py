@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
-from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter
+from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, eta_seconds
 from crawlstream.crawl._stats import CrawlStats
 from crawlstream.crawl._summary import CrawlSummary, summarize
 from crawlstream.topics import FETCH_REQUESTS, URLS_FRONTIER
@@ -187,15 +187,17 @@ class CrawlRunner:
         now = self._clock()
         frontier = sum(n for tp, n in lag.ends.items() if tp.topic == URLS_FRONTIER)
         requested = sum(n for tp, n in lag.ends.items() if tp.topic == FETCH_REQUESTS)
+        rate = self._rate.update(now, stats.pages - start.pages)
         self._reporter.update(
             Progress(
                 elapsed_s=now - started,
                 pages=stats.pages,
-                pages_per_s=self._rate.update(now, stats.pages - start.pages),
+                pages_per_s=rate,
                 queued_urls=max(0, frontier - requested),
                 domains_waiting=waiting,
                 in_flight=in_flight,
                 errors=stats.errors,
                 lag=lag.lag,
+                eta_s=eta_seconds(stats.pages, self._max_pages, rate),
             )
         )

@@ -24,6 +24,7 @@ from crawlstream.bus import Consumer, Message, TopicPartition
 from crawlstream.errors import StorageUnavailable
 from crawlstream.events import FetchResult
 from crawlstream.runtime import EventHandler
+from crawlstream.status._topk import TopCounts
 from crawlstream.topics import FETCH_RESULTS
 
 __all__ = ["ERROR_OUTCOMES", "STATS_GROUP", "CrawlStats", "StatsHandler", "load_stats", "save_stats"]
@@ -38,7 +39,12 @@ ERROR_OUTCOMES = frozenset({"timeout", "dns_error", "connect_error", "too_large"
 
 @dataclass
 class CrawlStats:
-    """Counts of fetch results. ``pages`` are results that got an HTTP response (status > 0)."""
+    """Counts of fetch results. ``pages`` are results that got an HTTP response (status > 0).
+
+    ``top_domains``: pages per domain, bounded (``TopCounts``: exact until more than a few
+    hundred domains, then the most frequent with an error bound), for the status page.
+    ``body_bytes``: uncompressed body bytes of those pages.
+    """
 
     results: int = 0
     pages: int = 0
@@ -46,6 +52,8 @@ class CrawlStats:
     by_outcome: Counter[str] = field(default_factory=Counter)
     by_status: Counter[int] = field(default_factory=Counter)
     offsets: dict[int, int] = field(default_factory=dict)  # fetch.results partition -> next offset
+    top_domains: TopCounts = field(default_factory=TopCounts)
+    body_bytes: int = 0
 
     def add(self, result: FetchResult, partition: int, offset: int) -> None:
         self.results += 1
@@ -53,6 +61,8 @@ class CrawlStats:
         if result.status > 0:
             self.pages += 1
             self.by_status[result.status] += 1
+            self.top_domains.add(result.domain)
+            self.body_bytes += result.body_size_bytes
         if result.truncated:
             self.truncated += 1
         self.offsets[partition] = offset + 1
@@ -71,6 +81,8 @@ class CrawlStats:
             "by_outcome": dict(sorted(self.by_outcome.items())),
             "by_status": {str(k): v for k, v in sorted(self.by_status.items())},
             "offsets": {str(k): v for k, v in sorted(self.offsets.items())},
+            "top_domains": self.top_domains.to_json(),
+            "body_bytes": self.body_bytes,
         }
 
     @classmethod
@@ -82,6 +94,8 @@ class CrawlStats:
             by_outcome=Counter({str(k): int(v) for k, v in data["by_outcome"].items()}),
             by_status=Counter({int(k): int(v) for k, v in data["by_status"].items()}),
             offsets={int(k): int(v) for k, v in data["offsets"].items()},
+            top_domains=TopCounts.from_json(data.get("top_domains") or {}),
+            body_bytes=int(data.get("body_bytes", 0)),
         )
 
     def copy(self) -> CrawlStats:

@@ -61,6 +61,15 @@ class CrawlSummary:
     def to_line(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"))
 
+    def to_text(self) -> str:
+        """The short human summary the terminal gets (the JSON line is for scripts)."""
+        s = self.stats
+        minutes, seconds = divmod(int(self.seconds), 60)
+        return (
+            f"crawl {self.reason} after {minutes}m{seconds:02d}s: {self.pages_this_run} pages this run "
+            f"({self.pages_per_s:.1f}/s), {s.pages} in total, {s.errors} errors"
+        )
+
 
 def summarize(reason: str, start: CrawlStats, end: CrawlStats, seconds: float) -> CrawlSummary:
     return CrawlSummary(reason=reason, stats=end, pages_this_run=end.pages - start.pages, seconds=seconds)

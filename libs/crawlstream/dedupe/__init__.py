@@ -6,12 +6,13 @@ why the bits live in process memory rather than Redis.
 
 from crawlstream.dedupe._bloom import BloomSize, bloom_digest, bloom_indexes, bloom_size, expected_fpr
 from crawlstream.dedupe._deduper import Deduper
-from crawlstream.dedupe._filter import BloomFilter, Snapshot, decode_snapshot, encode_snapshot
+from crawlstream.dedupe._filter import BloomFilter, ScalableBloomFilter, Snapshot, decode_snapshot, encode_snapshot
 
 __all__ = [
     "BloomFilter",
     "BloomSize",
     "Deduper",
+    "ScalableBloomFilter",
     "Snapshot",
     "bloom_digest",
     "bloom_indexes",

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crawlstream.dedupe._bloom import BloomSize, bloom_size
-from crawlstream.dedupe._filter import BloomFilter, decode_snapshot, encode_snapshot
+from crawlstream.dedupe._bloom import BloomSize, bloom_size, expected_fpr
+from crawlstream.dedupe._filter import TIGHTENING, BloomFilter, ScalableBloomFilter, decode_snapshot, encode_snapshot
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 
 if TYPE_CHECKING:
@@ -48,11 +48,11 @@ class Deduper:
 
     def __init__(self, root: Path, expected_urls_per_partition: int, false_positive_rate: float) -> None:
         self.root = Path(root)
-        self.size: BloomSize = bloom_size(expected_urls_per_partition, false_positive_rate)
+        # The first slice of a new partition's scalable filter (ADR 023: it grows past this).
+        self.size: BloomSize = bloom_size(expected_urls_per_partition, false_positive_rate * (1 - TIGHTENING))
         self.expected_urls_per_partition = expected_urls_per_partition
         self.false_positive_rate = false_positive_rate
-        self._filters: dict[int, BloomFilter] = {}
-        self._overfull_warned: set[int] = set()
+        self._filters: dict[int, ScalableBloomFilter] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Deduper:
@@ -79,7 +79,7 @@ class Deduper:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            self._filters[partition] = BloomFilter(self.size)
+            self._filters[partition] = self._new_filter()
             logger.info(
                 "dedupe partition %d: no snapshot, new filter (%d bits, k=%d)",
                 partition,
@@ -95,16 +95,17 @@ class Deduper:
             quarantine = path.with_suffix(".bloom.invalid")
             os.replace(path, quarantine)
             logger.error("dedupe partition %d: %s; moved to %s, replaying from the start", partition, exc, quarantine)
-            self._filters[partition] = BloomFilter(self.size)
+            self._filters[partition] = self._new_filter()
             return None
-        if snap.filter.size != self.size:
+        bloom = snap.filter if isinstance(snap.filter, ScalableBloomFilter) else self._around_fixed(snap.filter)
+        if bloom.slices[0].size != self.size:
             logger.warning(
                 "dedupe partition %d: snapshot geometry %s differs from the configured %s; keeping the snapshot's",
                 partition,
-                snap.filter.size,
+                bloom.slices[0].size,
                 self.size,
             )
-        self._filters[partition] = snap.filter
+        self._filters[partition] = bloom
         logger.info(
             "dedupe partition %d: loaded snapshot (%d members, offset %s)",
             partition,
@@ -142,32 +143,42 @@ class Deduper:
     def drop_partition(self, partition: int) -> None:
         """Forget ``partition``'s in-memory filter (after ``flush_partition`` on revoke; alone on lost)."""
         self._filters.pop(partition, None)
-        self._overfull_warned.discard(partition)
+
+    def _new_filter(self) -> ScalableBloomFilter:
+        return ScalableBloomFilter.new(self.expected_urls_per_partition, self.false_positive_rate)
+
+    def _around_fixed(self, bloom: BloomFilter) -> ScalableBloomFilter:
+        """A version 1/2 snapshot's fixed filter as the first slice: sized by these settings
+        when its geometry is theirs, else its capacity and rate derived from the geometry."""
+        if bloom.size == bloom_size(self.expected_urls_per_partition, self.false_positive_rate):
+            return ScalableBloomFilter.around(bloom, self.expected_urls_per_partition, self.false_positive_rate)
+        capacity = max(1, round(bloom.size.m_bits * math.log(2) / bloom.size.k))
+        return ScalableBloomFilter.around(bloom, capacity, expected_fpr(bloom.size, capacity))
 
     # -- the hot path -----------------------------------------------------------------------
 
     def check_and_add(self, partition: int, items: Sequence[tuple[int, str]]) -> list[bool]:
         """True for each ``(url_key, url)`` never seen before in ``partition`` (then it is seen)."""
         bloom = self._filter(partition)
+        slices = len(bloom.slices)
         result = bloom.check_and_add(items)
-        if bloom.count > self.expected_urls_per_partition and partition not in self._overfull_warned:
-            self._overfull_warned.add(partition)
-            logger.warning(
-                "dedupe partition %d holds %d URLs, more than the %d it was sized for; false positives "
-                "rise above %.4g (now ~%.4g). Raise CRAWLSTREAM_DEDUPE_EXPECTED_URLS and rebuild.",
+        if len(bloom.slices) != slices:
+            logger.info(
+                "dedupe partition %d grew to %d slices (%d URLs, %d MB) keeping false positives under %.4g; "
+                "each slice adds a lookup: raise CRAWLSTREAM_DEDUPE_EXPECTED_URLS for the next crawl",
                 partition,
+                len(bloom.slices),
                 bloom.count,
-                self.expected_urls_per_partition,
-                self.false_positive_rate,
-                bloom.estimated_fpr(),
+                bloom.size_bytes >> 20,
+                bloom.fpr_bound,
             )
         return result
 
-    def filter(self, partition: int) -> BloomFilter:
+    def filter(self, partition: int) -> ScalableBloomFilter:
         """The live filter of an owned partition (for metrics and tests)."""
         return self._filter(partition)
 
-    def _filter(self, partition: int) -> BloomFilter:
+    def _filter(self, partition: int) -> ScalableBloomFilter:
         try:
             return self._filters[partition]
         except KeyError:

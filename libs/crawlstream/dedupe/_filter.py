@@ -1,5 +1,8 @@
 """The in-process Bloom filter of one partition and its snapshot file codec.
 
+``BloomFilter`` is one fixed-size filter; ``ScalableBloomFilter`` a list of them that grows
+past its expected count without losing its false-positive rate (ADR 023), the deduper's.
+
 The bits live in a ``bytearray`` owned by the instance that owns the partition (ADR 005:
 measured 5.8-8x the throughput of the same filter in Redis per core, identical bits/URL). Durability
 comes from snapshots plus topic replay, so the snapshot records the bus offset it covers.
@@ -16,18 +19,28 @@ from dataclasses import dataclass
 
 import xxhash
 
-from crawlstream.dedupe._bloom import BloomSize, expected_fpr
+from crawlstream.dedupe._bloom import BloomSize, bloom_size, expected_fpr
 from crawlstream.errors import ChecksumMismatch
 
-__all__ = ["BloomFilter", "Snapshot", "decode_snapshot", "encode_snapshot"]
+__all__ = [
+    "GROWTH",
+    "TIGHTENING",
+    "BloomFilter",
+    "ScalableBloomFilter",
+    "Snapshot",
+    "decode_snapshot",
+    "encode_scalable_snapshot",
+    "encode_snapshot",
+]
 
 _MASK64 = (1 << 64) - 1
 _xxh3_128 = xxhash.xxh3_128_intdigest
 
-# Snapshot layout, little-endian: magic, version, k, m_bits, count, offset (-1 = none), crc32,
-# then m_bits / 8 bytes of bits (bit i = byte i >> 3, mask 1 << (i & 7)). Version 2's crc32
-# covers the header fields before it and then the bits; version 1's (still read) only the
-# bits, so a flipped k, count or offset went unnoticed.
+# Snapshot layout of a fixed filter (versions 1 and 2; version 3, scalable, is further down),
+# little-endian: magic, version, k, m_bits, count, offset (-1 = none), crc32, then m_bits / 8
+# bytes of bits (bit i = byte i >> 3, mask 1 << (i & 7)). Version 2's crc32 covers the header
+# fields before it and then the bits; version 1's (still read) only the bits, so a flipped k,
+# count or offset went unnoticed.
 SNAPSHOT_MAGIC = b"CSBLOOM\x00"
 SNAPSHOT_VERSION = 2
 _READABLE_VERSIONS = (1, 2)
@@ -100,14 +113,18 @@ class BloomFilter:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A decoded snapshot: the filter and the bus offset (next to read) it covers."""
+    """A decoded snapshot: the filter and the bus offset (next to read) it covers. Versions 1
+    and 2 hold one fixed ``BloomFilter``; version 3 a ``ScalableBloomFilter``."""
 
-    filter: BloomFilter
+    filter: BloomFilter | ScalableBloomFilter
     offset: int | None
 
 
-def encode_snapshot(bloom: BloomFilter, offset: int | None) -> bytes:
-    """Serialize ``bloom`` with the bus ``offset`` it covers (None: no offset known)."""
+def encode_snapshot(bloom: BloomFilter | ScalableBloomFilter, offset: int | None) -> bytes:
+    """Serialize ``bloom`` with the bus ``offset`` it covers (None: no offset known): version 2
+    for a fixed filter, version 3 for a scalable one."""
+    if isinstance(bloom, ScalableBloomFilter):
+        return encode_scalable_snapshot(bloom, offset)
     size, offset_field = bloom.size, -1 if offset is None else offset
     fields = _HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, size.k, size.m_bits, bloom.count, offset_field, 0)
     fields = fields[:_CRC_START]  # the crc32 field itself is written after it is computed
@@ -118,6 +135,9 @@ def encode_snapshot(bloom: BloomFilter, offset: int | None) -> bytes:
 def decode_snapshot(data: bytes | bytearray | memoryview, source: str = "snapshot") -> Snapshot:
     """Parse a snapshot; ``ChecksumMismatch`` if it is truncated, foreign or corrupt."""
     view = memoryview(data)
+    if len(view) >= 12 and bytes(view[:8]) == SNAPSHOT_MAGIC and struct.unpack_from("<I", view, 8)[0] == 3:
+        scalable, scalable_offset = _decode_scalable(view, source)
+        return Snapshot(filter=scalable, offset=scalable_offset)
     if len(view) < _HEADER.size:
         raise ChecksumMismatch(
             f"{source}: expected a Bloom snapshot header of {_HEADER.size} bytes, found {len(view)} bytes; "
@@ -126,7 +146,7 @@ def decode_snapshot(data: bytes | bytearray | memoryview, source: str = "snapsho
     magic, version, k, m_bits, count, offset, crc = _HEADER.unpack_from(view)
     if magic != SNAPSHOT_MAGIC or version not in _READABLE_VERSIONS:
         raise ChecksumMismatch(
-            f"{source}: expected magic {SNAPSHOT_MAGIC!r} v{SNAPSHOT_VERSION}, found {bytes(magic)!r} v{version}"
+            f"{source}: expected magic {SNAPSHOT_MAGIC!r} v1..v{SCALABLE_VERSION}, found {bytes(magic)!r} v{version}"
         )
     body = view[_HEADER.size :]
     if m_bits % 64 or len(body) != m_bits // 8 or k < 1:
@@ -140,3 +160,218 @@ def decode_snapshot(data: bytes | bytearray | memoryview, source: str = "snapsho
         raise ChecksumMismatch(f"{source}: a filter of {m_bits} bits and k={k} (1..{MAX_K}) cannot be used")
     bloom = BloomFilter(BloomSize(m_bits=m_bits, k=k), bytearray(body), count)
     return Snapshot(filter=bloom, offset=None if offset < 0 else offset)
+
+
+# ---------------------------------------------------------------------------------------------
+# A filter that grows: Almeida, Baquero, Preguiça, Hutchison, "Scalable Bloom Filters" (2007).
+
+GROWTH = 2
+"""Each new slice holds this many times the members of the one before (s = 2: fast growth)."""
+TIGHTENING = 0.5
+"""Each new slice's false-positive rate is this times the one before (r): the rates sum to at
+most ``first / (1 - r)``, so a new filter's first slice gets ``fpr * (1 - r)`` (``fpr / 2``)."""
+MAX_SLICES = 48
+"""Most slices a snapshot may declare: 48 doublings are 2**48 times the first capacity."""
+
+# Version 3 (scalable), little-endian: magic, version, slice count, offset (-1 = none), growth,
+# tightening; per slice: k, m_bits, count, capacity, design fpr, then its m_bits / 8 bytes of
+# bits; last, a crc32 of every byte before it.
+SCALABLE_VERSION = 3
+_HEADER3 = struct.Struct("<8sIIqId")
+_SLICE3 = struct.Struct("<IQQQd")
+_CRC3 = struct.Struct("<I")
+
+
+class ScalableBloomFilter:
+    """Bloom filter slices over ``(url_key, url)`` that keep a false-positive rate while the
+    member count grows past any estimate; not thread-safe.
+
+    A member is new when no slice holds it; it is then added to the last slice. When the last
+    slice has taken ``capacity`` members, a new slice is appended, ``GROWTH`` times larger
+    with ``TIGHTENING`` times the rate, so the compound rate stays under ``fpr_bound``. All
+    slices share one xxh3_128 per member (``_bloom``'s indexes, each slice mod its own m).
+    Lookups cost one slice per existing slice, so growth should stay rare: size
+    ``expected_urls`` for the crawl you expect.
+    """
+
+    def __init__(
+        self,
+        slices: list[BloomFilter],
+        capacities: list[int],
+        fprs: list[float],
+        growth: int = GROWTH,
+        tightening: float = TIGHTENING,
+    ) -> None:
+        if not slices or not len(slices) == len(capacities) == len(fprs):
+            raise ValueError("expected one capacity and one rate per slice, and at least one slice")
+        self.slices = slices
+        self.capacities = capacities
+        self.fprs = fprs
+        self.growth = growth
+        self.tightening = tightening
+
+    @classmethod
+    def new(cls, expected_n: int, fpr: float) -> ScalableBloomFilter:
+        """An empty filter for ``expected_n`` members in its first slice, compound rate <= ``fpr``."""
+        first = fpr * (1 - TIGHTENING)
+        return cls([BloomFilter(bloom_size(expected_n, first))], [expected_n], [first])
+
+    @classmethod
+    def around(cls, bloom: BloomFilter, capacity: int, fpr: float) -> ScalableBloomFilter:
+        """A single fixed filter (from a version 1 or 2 snapshot) as the first slice: it keeps
+        its rate up to ``capacity``; slices after it bring the bound to ``2 * fpr``."""
+        return cls([bloom], [max(1, capacity)], [fpr])
+
+    @property
+    def count(self) -> int:
+        return sum(s.count for s in self.slices)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size.size_bytes for s in self.slices)
+
+    @property
+    def bits(self) -> bytes:
+        """Every slice's bits, in slice order (to compare two filters' state)."""
+        return b"".join(bytes(s.bits) for s in self.slices)
+
+    @property
+    def fpr_bound(self) -> float:
+        """The compound false-positive rate this filter keeps, however far it grows."""
+        return self.fprs[0] / (1 - self.tightening)
+
+    def estimated_fpr(self) -> float:
+        """The theoretical compound rate now: 1 - prod(1 - rate of each slice)."""
+        clear = 1.0
+        for s in self.slices:
+            clear *= 1.0 - s.estimated_fpr()
+        return 1.0 - clear
+
+    def _grow(self) -> None:
+        capacity = self.capacities[-1] * self.growth
+        fpr = self.fprs[-1] * self.tightening
+        self.slices.append(BloomFilter(bloom_size(capacity, fpr)))
+        self.capacities.append(capacity)
+        self.fprs.append(fpr)
+
+    def check_and_add(self, items: Sequence[tuple[int, str]]) -> list[bool]:
+        """Add every member; True where no slice held it before. Same contract as
+        ``BloomFilter.check_and_add`` (a repeat inside one batch answers True once)."""
+        out: list[bool] = []
+        start, n = 0, len(items)
+        while start < n:
+            last = self.slices[-1]
+            room = self.capacities[-1] - last.count
+            if room <= 0:
+                self._grow()
+                continue
+            # Never more than `room` items per pass: a pass adds at most that many members,
+            # so the slice never goes past its capacity.
+            chunk = items[start : start + room] if start or room < n else items
+            if len(self.slices) == 1:
+                out.extend(last.check_and_add(chunk))
+            else:
+                out.extend(self._check_and_add_sliced(chunk))
+            start += len(chunk)
+        return out
+
+    def _check_and_add_sliced(self, items: Sequence[tuple[int, str]]) -> list[bool]:
+        older = [(s.bits, s.size.m_bits, s.size.k) for s in self.slices[:-1]]
+        current = self.slices[-1]
+        bits, m, k = current.bits, current.size.m_bits, current.size.k
+        out: list[bool] = []
+        append = out.append
+        added = 0
+        for url_key, url in items:
+            h = _xxh3_128((url_key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass"))
+            h1, h2 = h & _MASK64, (h >> 64) | 1
+            seen = False
+            for obits, om, ok in older:
+                idx = h1 % om
+                if not obits[idx >> 3] & (1 << (idx & 7)):
+                    continue  # the first probe settles most never-seen URLs (a full slice is half ones)
+                step = h2 % om
+                for _ in range(ok - 1):
+                    idx += step
+                    if idx >= om:
+                        idx -= om
+                    if not obits[idx >> 3] & (1 << (idx & 7)):
+                        break
+                else:
+                    seen = True
+                    break
+            if seen:
+                append(False)
+                continue
+            idx, step = h1 % m, h2 % m
+            new = False
+            for _ in range(k):
+                byte = idx >> 3
+                mask = 1 << (idx & 7)
+                value = bits[byte]
+                if not value & mask:
+                    bits[byte] = value | mask
+                    new = True
+                idx += step
+                if idx >= m:
+                    idx -= m
+            if new:
+                added += 1
+            append(new)
+        current.count += added
+        return out
+
+    def contains(self, url_key: int, url: str) -> bool:
+        """In any slice (may be a false positive, never a false negative)."""
+        return any(s.contains(url_key, url) for s in self.slices)
+
+
+def encode_scalable_snapshot(bloom: ScalableBloomFilter, offset: int | None) -> bytes:
+    """Serialize every slice of ``bloom`` with the bus ``offset`` it covers (version 3)."""
+    parts = [
+        _HEADER3.pack(
+            SNAPSHOT_MAGIC, SCALABLE_VERSION, len(bloom.slices), -1 if offset is None else offset,
+            bloom.growth, bloom.tightening,
+        )
+    ]
+    for s, capacity, fpr in zip(bloom.slices, bloom.capacities, bloom.fprs, strict=True):
+        parts.append(_SLICE3.pack(s.size.k, s.size.m_bits, s.count, capacity, fpr))
+        parts.append(bytes(s.bits))
+    body = b"".join(parts)
+    return body + _CRC3.pack(zlib.crc32(body))
+
+
+def _decode_scalable(view: memoryview, source: str) -> tuple[ScalableBloomFilter, int | None]:
+    if len(view) < _HEADER3.size + _CRC3.size:
+        raise ChecksumMismatch(f"{source}: a version 3 Bloom snapshot of {len(view)} bytes is truncated")
+    (crc,) = _CRC3.unpack_from(view, len(view) - _CRC3.size)
+    if zlib.crc32(view[: len(view) - _CRC3.size]) != crc:
+        raise ChecksumMismatch(f"{source}: crc32 of the snapshot does not match; the file is corrupt")
+    _, _, n_slices, offset, growth, tightening = _HEADER3.unpack_from(view)
+    if not 1 <= n_slices <= MAX_SLICES or not 1 <= growth <= 16 or not 0.0 < tightening < 1.0:
+        raise ChecksumMismatch(
+            f"{source}: {n_slices} slices (1..{MAX_SLICES}), growth {growth}, tightening {tightening} cannot be used"
+        )
+    pos = _HEADER3.size
+    end = len(view) - _CRC3.size
+    slices: list[BloomFilter] = []
+    capacities: list[int] = []
+    fprs: list[float] = []
+    for i in range(n_slices):
+        if pos + _SLICE3.size > end:
+            raise ChecksumMismatch(f"{source}: slice {i} of {n_slices} is truncated")
+        k, m_bits, count, capacity, fpr = _SLICE3.unpack_from(view, pos)
+        pos += _SLICE3.size
+        if not m_bits or m_bits % 64 or not 1 <= k <= MAX_K or capacity < 1 or not 0.0 < fpr < 1.0:
+            raise ChecksumMismatch(
+                f"{source}: slice {i} of {m_bits} bits, k={k}, capacity {capacity}, rate {fpr} cannot be used"
+            )
+        if pos + m_bits // 8 > end:
+            raise ChecksumMismatch(f"{source}: slice {i} says {m_bits} bits but the file ends first")
+        slices.append(BloomFilter(BloomSize(m_bits=m_bits, k=k), bytearray(view[pos : pos + m_bits // 8]), count))
+        capacities.append(capacity)
+        fprs.append(fpr)
+        pos += m_bits // 8
+    if pos != end:
+        raise ChecksumMismatch(f"{source}: {end - pos} bytes after the last slice; the file is not one snapshot")
+    return ScalableBloomFilter(slices, capacities, fprs, growth, tightening), None if offset < 0 else offset

@@ -13,14 +13,18 @@ Layout, for domain number ``i`` (``cs0000-demo.com``, ``cs0001-demo.net``, ...):
   ``i % 5 == 0`` sets ``Crawl-delay``; ``i % 11 == 7`` answers 404 (allow all);
   ``i % 13 == 5`` answers 500 (RFC 9309: disallow all); ``i % 17 == 9`` redirects to
   ``/robots-moved.txt`` which disallows ``/p/2``.
-* special pages on every host, linked from ``/`` of domains with ``i % special_every == 0``:
-  redirect, redirect loop, 404, 500, 503 + Retry-After, 429 + Retry-After, slow, huge,
+* special pages on every host, linked from ``/`` of domains with ``i % special_every == 0``
+  (none with ``special_every=0``):
+  redirect, a chain of three redirects (``/chain/1``; the second hop's Location is absolute and
+  not canonical), redirect loop, 404, 500, 503 + Retry-After, 429 + Retry-After, slow, huge,
   PNG, PDF (``X-Robots-Tag: noindex``), gzip bomb, meta refresh, and robots directives:
   ``<meta name=robots>`` noindex / nofollow, ``<meta name=crawlstream content=none>``, a
   meta for another crawler (ignored), ``X-Robots-Tag: noindex`` and an agent-prefixed
   ``X-Robots-Tag``. That ``/`` also links ``rel=nofollow`` to ``/hidden/rel`` (and to
   ``/p/0``, reachable anyway); ``/hidden/*`` pages are linked only in ways a polite crawler
   does not follow, so they are never reachable.
+* seeds: :meth:`WebModel.seed_urls` (canonical) and :meth:`WebModel.raw_seed_lines` (the same
+  URLs written in non-canonical forms).
 * sitemaps: every robots.txt names ``http://<domain>/sitemap.xml`` (a robots.txt that
   answers 404 names none: a crawler then tries ``/sitemap.xml`` of that host). Every host
   serves a small ``urlset`` there, except the main host of special domains, which serves
@@ -28,10 +32,16 @@ Layout, for domain number ``i`` (``cs0000-demo.com``, ``cs0001-demo.net``, ...):
   ``/from-sitemap``: reachable only through it), and three a crawler must skip whole:
   ``broken.xml`` (malformed), ``dtd.xml`` (billion laughs) and ``bomb.xml.gz`` (inflates
   past any sane cap). Each lists a ``/from-*`` page that is thereby never reachable.
+* validators (ADR 022): HTML pages send ``ETag`` and ``Last-Modified`` (``/`` and ``/p/k``
+  with ``k % 3 == 0``), only ``Last-Modified`` (``k % 3 == 1``) or neither (``k % 3 == 2``),
+  and answer a matching If-None-Match / If-Modified-Since with 304. With
+  ``changing_every = N > 0``, ``/p/k`` with ``k % N == 0`` changes on every full response
+  (its revision, counted by the server, is part of the body and of Last-Modified).
 """
 
 from __future__ import annotations
 
+import email.utils
 import random
 from collections import deque
 from collections.abc import Iterable
@@ -42,7 +52,7 @@ from crawlstream.links import Scope
 from crawlstream.robots import RobotsPolicy
 from crawlstream.sitemaps import robots_sitemaps
 
-__all__ = ["SITEMAP_PATHS", "SPECIAL_PATHS", "Page", "SitemapVariant", "WebModel"]
+__all__ = ["SITEMAP_PATHS", "SPECIAL_PATHS", "Page", "SitemapVariant", "WebModel", "not_modified"]
 
 _TLDS = ("com", "net", "org", "co.uk", "io")
 
@@ -54,6 +64,9 @@ SitemapVariant = Literal["urlset", "index", "broken", "dtd", "bomb"]
 # path -> kind; redirects and statuses are described in ``WebModel.page``.
 SPECIAL_PATHS: dict[str, PageKind] = {
     "/redirect/1": "redirect",
+    "/chain/1": "redirect",  # a chain of three hops: /chain/1 -> /chain/2 -> /chain/3 -> /p/2
+    "/chain/2": "redirect",
+    "/chain/3": "redirect",
     "/loop/a": "redirect",
     "/loop/b": "redirect",
     "/status/404": "status",
@@ -73,6 +86,8 @@ SPECIAL_PATHS: dict[str, PageKind] = {
     "/directives/header-noindex": "html",
     "/directives/header-agent": "html",
 }
+# Special pages reached only by following a redirect (never linked).
+_CHAINED_PATHS = ("/loop/b", "/chain/2", "/chain/3")
 # Pages no polite crawler reaches (linked only by nofollow, or listed only by a bad sitemap).
 _HIDDEN_PATHS = frozenset(
     {"/hidden/rel", "/hidden/meta", "/hidden/agent", "/hidden/header"}
@@ -117,6 +132,7 @@ class WebModel:
         special_every: int = 10,
         crawl_delay_s: float = 0.2,
         user_agent_token: str = "crawlstream",
+        changing_every: int = 0,
     ) -> None:
         if n_domains < 1 or pages_per_domain < 3:
             raise ValueError("need at least 1 domain and 3 pages per domain")
@@ -126,6 +142,7 @@ class WebModel:
         self.special_every = special_every
         self.crawl_delay_s = crawl_delay_s
         self.user_agent_token = user_agent_token
+        self.changing_every = changing_every
         self.domains = [f"cs{i:04d}-demo.{_TLDS[i % len(_TLDS)]}" for i in range(n_domains)]
         self._index = {d: i for i, d in enumerate(self.domains)}
         self.hosts: list[str] = []
@@ -147,6 +164,59 @@ class WebModel:
     def seed_urls(self) -> list[str]:
         """The home page of every domain's main host."""
         return [f"http://{d}/" for d in self.domains]
+
+    def raw_seed_lines(self) -> list[str]:
+        """:meth:`seed_urls` as a person writes them: each (but every seventh) in a different
+        non-canonical form of the same URL (case, default port, fragment, dot segments,
+        userinfo, trailing dot, no path), deterministically by domain number."""
+        forms = (
+            lambda d: f"HTTP://{d.upper()}/",
+            lambda d: f"http://{d}:80/#top",
+            lambda d: f"http://{d}/p/../",
+            lambda d: f"http://{d}./?",
+            lambda d: f"http://{d}",
+            lambda d: f"http://visitor@{d}/./",
+            lambda d: f"http://{d}/",  # already canonical: no raw form to record
+        )
+        return [forms[i % len(forms)](d) for i, d in enumerate(self.domains)]
+
+    def is_special(self, i: int) -> bool:
+        """Whether domain number ``i`` links the special pages (``special_every`` 0: none does)."""
+        return self.special_every > 0 and i % self.special_every == 0
+
+    # -- validators and revisions (ADR 022) ------------------------------------------
+
+    @staticmethod
+    def _page_number(path: str) -> int:
+        """k of ``/p/k``; 0 for ``/``; -1 for anything else."""
+        if path == "/":
+            return 0
+        return int(path[3:]) if path.startswith("/p/") and path[3:].isdigit() else -1
+
+    def validator_kinds(self, host: str, path: str) -> tuple[bool, bool]:
+        """(sends ETag, sends Last-Modified) for the HTML page at ``path``."""
+        k = self._page_number(path)
+        if k < 0:
+            return True, True
+        return k % 3 == 0, k % 3 in (0, 1)
+
+    def changes(self, host: str, path: str) -> bool:
+        """Whether the page has a new body on every full (200) response."""
+        k = self._page_number(path)
+        return self.changing_every > 0 and path != "/" and k >= 0 and k % self.changing_every == 0
+
+    def changing_pages(self) -> set[str]:
+        """Reachable pages that change on every visit."""
+        return {u for u in self.reachable_pages() if self.changes(*_host_path(u))}
+
+    @staticmethod
+    def last_modified_s(revision: int) -> int:
+        """Last-Modified of a page's ``revision`` (epoch seconds): an hour per revision."""
+        return 1_767_225_600 + 3600 * revision  # 2026-01-01T00:00:00Z
+
+    @classmethod
+    def last_modified(cls, revision: int) -> str:
+        return email.utils.formatdate(cls.last_modified_s(revision), usegmt=True)
 
     def _rng(self, host: str, path: str) -> random.Random:
         return random.Random(f"{self.seed}:{host}:{path}")
@@ -222,7 +292,7 @@ class WebModel:
         if path in _HIDDEN_PATHS or path == "/from-sitemap":
             return Page("html", links=(f"{base}/",))
         if path == "/":
-            special = self._host_domain[host] % self.special_every == 0
+            special = self.is_special(self._host_domain[host])
             nofollow = (f"{base}/hidden/rel", f"{base}/p/0") if special else ()
             return Page("html", links=self._links(host, path, -1), nofollow_links=nofollow)
         if path.startswith("/p/") and path[3:].isdigit():
@@ -237,6 +307,12 @@ class WebModel:
         base = f"http://{host}"
         if path == "/redirect/1":
             return Page("redirect", 301, location="/p/0", target=f"{base}/p/0")
+        if path == "/chain/1":
+            return Page("redirect", 301, location="/chain/2", target=f"{base}/chain/2")
+        if path == "/chain/2":  # absolute, not canonical as written: the alias map keeps the raw form
+            return Page("redirect", 302, location=f"HTTP://{host.upper()}/chain/3", target=f"{base}/chain/3")
+        if path == "/chain/3":
+            return Page("redirect", 307, location="/p/2", target=f"{base}/p/2")
         if path == "/loop/a":
             return Page("redirect", 302, location=f"{base}/loop/b", target=f"{base}/loop/b")
         if path == "/loop/b":
@@ -284,7 +360,7 @@ class WebModel:
 
     def _has_sitemap_index(self, host: str) -> bool:
         i = self._host_domain[host]
-        return i % self.special_every == 0 and host == self.domains[i]
+        return self.is_special(i) and host == self.domains[i]
 
     def _sitemap(self, host: str, path: str) -> Page:
         base = f"http://{host}"
@@ -322,8 +398,8 @@ class WebModel:
             links += [f"{base}/p/{j}" for j in range(min(n, 4))]
             if i % 4 == 1 and not host.startswith("blog."):
                 links.append(f"http://blog.{host}/")
-            if i % self.special_every == 0:
-                links += [f"{base}{p}" for p in SPECIAL_PATHS if p not in ("/loop/b",)]
+            if self.is_special(i):
+                links += [f"{base}{p}" for p in SPECIAL_PATHS if p not in _CHAINED_PATHS]
         else:
             if k + 1 < n:
                 links.append(f"{base}/p/{k + 1}")
@@ -455,3 +531,28 @@ class WebModel:
     def _page_of(self, url: str) -> Page:
         _, _, host, path = url.split("/", 3)
         return self.page(host, "/" + path)
+
+
+def _host_path(url: str) -> tuple[str, str]:
+    rest = url.split("://", 1)[1]
+    host, _, path = rest.partition("/")
+    return host, "/" + path
+
+
+def not_modified(
+    if_none_match: str | None, if_modified_since: str | None, etag: str | None, last_modified_s: int | None
+) -> bool:
+    """RFC 9110 section 13.2.2 for GET: If-None-Match decides when present (weak comparison,
+    ``*`` matches), else If-Modified-Since against Last-Modified. Pure."""
+    if if_none_match is not None:
+        if etag is None:
+            return False
+        tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+        return "*" in tags or etag.removeprefix("W/") in tags
+    if if_modified_since is None or last_modified_s is None:
+        return False
+    try:
+        since = email.utils.parsedate_to_datetime(if_modified_since)
+    except (TypeError, ValueError, IndexError):
+        return False
+    return since is not None and last_modified_s <= since.timestamp()

@@ -14,6 +14,7 @@ Two ways in, both keeping plain ``http://host/`` (port 80) URLs:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import socket
 import threading
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from multidict import CIMultiDict
 
-from crawlstream.demoweb._model import Page, WebModel
+from crawlstream.demoweb._model import Page, WebModel, not_modified
 from crawlstream.demoweb._render import PDF_BYTES, PNG_BYTES, gzip_bomb, render_html, render_huge, render_sitemap
 from crawlstream.links import Scope
 
@@ -42,6 +43,12 @@ class RequestRecord:
     time_s: float  # time.monotonic() at arrival
     status: int
     user_agent: str
+    if_none_match: str | None = None  # the conditional request headers, as received
+    if_modified_since: str | None = None
+
+    @property
+    def conditional(self) -> bool:
+        return self.if_none_match is not None or self.if_modified_since is not None
 
     @property
     def url(self) -> str:
@@ -65,6 +72,7 @@ class DemoWeb:
         sitemap_bomb_bytes: int = 64 * 1024 * 1024,
         listen_host: str = "127.0.0.1",
         port: int = 0,
+        changing_every: int = 0,
     ) -> None:
         self.model = WebModel(
             n_domains=n_domains,
@@ -72,7 +80,9 @@ class DemoWeb:
             seed=seed,
             special_every=special_every,
             crawl_delay_s=crawl_delay_s,
+            changing_every=changing_every,
         )
+        self._revisions: dict[tuple[str, str], int] = {}  # full responses served per changing page
         self.slow_s = slow_s
         self.huge_bytes = huge_bytes
         self.bomb_bytes = bomb_bytes
@@ -114,6 +124,9 @@ class DemoWeb:
     def seed_urls(self) -> list[str]:
         return self.model.seed_urls()
 
+    def raw_seed_lines(self) -> list[str]:
+        return self.model.raw_seed_lines()
+
     def reachable_pages(self, scope: Scope | None = None, seeds: Iterable[str] | None = None, **kw: bool) -> set[str]:
         return self.model.reachable_pages(scope, seeds, **kw)
 
@@ -136,7 +149,13 @@ class DemoWeb:
 
     def _record(self, request: web.Request, host: str, status: int) -> None:
         rec = RequestRecord(
-            host, request.rel_url.raw_path, time.monotonic(), status, request.headers.get("User-Agent", "")
+            host,
+            request.rel_url.raw_path,
+            time.monotonic(),
+            status,
+            request.headers.get("User-Agent", ""),
+            request.headers.get("If-None-Match"),
+            request.headers.get("If-Modified-Since"),
         )
         with self._log_lock:
             self._log.append(rec)
@@ -156,8 +175,41 @@ class DemoWeb:
             self._record(request, host, 200)
             return web.Response(text=self.model.moved_robots_body(host), content_type="text/plain")
         page = self.model.page(host, path)
+        if page.kind in ("html", "refresh"):
+            response = self._html(request, page, host, path)
+            self._record(request, host, response.status)
+            return response
         self._record(request, host, page.status)
         return await self._respond(page, host, path)
+
+    def revision(self, url: str) -> int:
+        """How many full responses a changing page has served (its next body's revision)."""
+        host, _, path = url.split("://", 1)[1].partition("/")
+        return self._revisions.get((host, "/" + path), 0)
+
+    def _html(self, request: web.Request, page: Page, host: str, path: str) -> web.Response:
+        """An HTML page with its validators; 304 when the request's validators still match."""
+        body, ctype = render_html(page, host, path, self.model.seed)
+        changing = self.model.changes(host, path)
+        revision = self._revisions.get((host, path), 0) if changing else 0
+        if changing:
+            body = body.replace(b"\n</body></html>", f"\n<p>revision {revision}</p>\n</body></html>".encode())
+        send_etag, send_modified = self.model.validator_kinds(host, path)
+        etag = f'"{hashlib.sha1(body).hexdigest()[:16]}"' if send_etag else None
+        modified_s = self.model.last_modified_s(revision) if send_modified else None
+        validators: dict[str, str] = {}
+        if etag is not None:
+            validators["ETag"] = etag
+        if modified_s is not None:
+            validators["Last-Modified"] = self.model.last_modified(revision)
+        inm, ims = request.headers.get("If-None-Match"), request.headers.get("If-Modified-Since")
+        if not_modified(inm, ims, etag, modified_s):
+            return web.Response(status=304, headers=validators)
+        if changing:
+            self._revisions[(host, path)] = revision + 1
+        headers = self._headers(page, ctype)
+        headers.update(validators)
+        return web.Response(body=body, headers=headers)
 
     async def _respond(self, page: Page, host: str, path: str) -> web.StreamResponse:
         if page.kind == "missing":

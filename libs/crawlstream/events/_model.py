@@ -44,6 +44,7 @@ class DiscoveredUrl:
     source_url: str | None = None
     dataset_id: int | None = None
     priority: int | None = None
+    raw_url: str | None = None  # the URL as written where found, when not canonical (ADR 024)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,9 @@ class FetchRequest:
     requested_at_ms: int
     max_body_bytes: int | None = None
     dataset_id: int | None = None
+    if_none_match: str | None = None
+    if_modified_since: str | None = None
+    previous_content_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class FetchResult:
     retry_after_s: float | None = None
     crawl_delay_s: float | None = None
     robots_sitemaps: Sequence[str] | None = None
+    content_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

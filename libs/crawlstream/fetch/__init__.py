@@ -1,7 +1,7 @@
 """The fetch core: aiohttp with robots.txt, caps, bomb limits and the SSRF guard (service wiring is elsewhere)."""
 
 from crawlstream.fetch._decode import ACCEPT_ENCODING
-from crawlstream.fetch._fetcher import Fetcher, load_resolve_map
+from crawlstream.fetch._fetcher import Fetcher, load_resolve_map, redirect_hop_record
 from crawlstream.fetch._guard import GuardedResolver, is_public_address
 from crawlstream.fetch._outcome import OUTCOMES, FetchOutcome, Outcome, parse_retry_after
 
@@ -15,4 +15,5 @@ __all__ = [
     "is_public_address",
     "load_resolve_map",
     "parse_retry_after",
+    "redirect_hop_record",
 ]

@@ -3,23 +3,28 @@
 I/O edge: aiohttp exceptions stop here and become a :class:`FetchOutcome`; ``afetch``
 never raises for anything the remote side does. Redirects are not followed (each hop
 goes back through dedupe); robots.txt redirects are followed (up to 5, RFC 9309).
+A revisit (ADR 022) sends the previous response's validators as If-None-Match /
+If-Modified-Since; a 304 is ``not_modified``, and a 2xx body whose hash equals the previous
+one is ``unchanged`` (its body is dropped: the store holds it already).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 import aiohttp
+import xxhash
 from aiohttp.abc import AbstractResolver
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
@@ -41,9 +46,11 @@ from crawlstream.sitemaps import robots_sitemaps
 from crawlstream.urls import canonicalize
 
 if TYPE_CHECKING:
+    from crawlstream.events import FetchResult, UrlRecord
+    from crawlstream.politeness import IpGate
     from crawlstream.settings import Settings
 
-__all__ = ["Fetcher", "load_resolve_map"]
+__all__ = ["Fetcher", "load_resolve_map", "redirect_hop_record"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +75,30 @@ class _Raw:
     truncated: bool
     too_large: bool
     location: str | None
+
+
+def redirect_hop_record(result: FetchResult) -> UrlRecord | None:
+    """The redirect hop a 3xx result saw, as the ``urls.records`` row of the alias map's
+    redirects dataset (``crawlstream.lake._aliases``, ADR 024): the requested URL -> the
+    canonical Location, with the status. None for any other result, or a Location that is
+    not a URL (nothing to map it to). Replay rebuilds the map from these rows."""
+    if result.outcome != "redirect" or not result.redirect_location or not 300 <= result.status <= 399:
+        return None
+    from crawlstream.events import UrlRecord
+    from crawlstream.lake._aliases import REDIRECTS_DATASET, redirect_extras
+
+    try:
+        source = canonicalize(result.url)
+        target = canonicalize(result.redirect_location)
+    except InvalidUrl:
+        return None
+    return UrlRecord(
+        dataset_id=REDIRECTS_DATASET,
+        url=source.url,
+        ts_ms=result.fetched_at_ms,
+        extras=redirect_extras(target.url, result.status, result.redirect_location),
+        domain=source.domain,
+    )
 
 
 def load_resolve_map(path: Path) -> dict[str, tuple[str, int]]:
@@ -102,6 +133,9 @@ class Fetcher:
     * ``obey_robots``: off only for tests and tools that fetch robots.txt themselves.
     * ``dns_resolver``: the DNS edge (aiohttp's default resolver when None); the guard
       filters whatever it answers. Tests pass a fake one.
+    * ``ip_gate``: per-IP politeness (``fetch.per_ip_delay_s``): every GET claims the address
+      it connects to right before it is sent; a fetch waits for its address to be free before
+      it takes a connection slot (ADR 016).
     """
 
     def __init__(
@@ -124,6 +158,7 @@ class Fetcher:
         dns_cache_s: float = 300.0,
         dns_resolver: AbstractResolver | None = None,
         imported_robots: Callable[[str], ImportedRobotsTxt | None] | None = None,
+        ip_gate: IpGate | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.user_agent = user_agent
@@ -142,6 +177,9 @@ class Fetcher:
         self._dns_cache_s = dns_cache_s
         self._dns_resolver = dns_resolver
         self._imported_robots = imported_robots
+        self._ip_gate = ip_gate
+        self._addresses: dict[str, tuple[str, float]] = {}  # host -> (address, monotonic expiry), for the gate
+        self._ip_locks: dict[str, asyncio.Lock] = {}
         self._clock = clock
         self.robots = RobotsCache(ttl_s=robots_cache_s)
         self._robots_locks: dict[str, asyncio.Lock] = {}
@@ -156,6 +194,7 @@ class Fetcher:
         *,
         resolve_map: Mapping[str, tuple[str, int]] | None = None,
         imported_robots: Callable[[str], ImportedRobotsTxt | None] | None = None,
+        ip_gate: IpGate | None = None,
     ) -> Fetcher:
         """A fetcher as configured; a resolver map (given, or from ``fetch.resolve_map_file``)
         is exclusive: hosts outside it fail as dns_error, so a demo crawl never leaks out."""
@@ -184,6 +223,7 @@ class Fetcher:
             robots_cache_s=f.robots_cache_s,
             robots_error_backoff_s=f.robots_error_backoff_s,
             imported_robots=imported_robots,
+            ip_gate=ip_gate,
         )
 
     # -- lifecycle -----------------------------------------------------------------
@@ -229,8 +269,21 @@ class Fetcher:
 
     # -- fetching ------------------------------------------------------------------
 
-    async def afetch(self, url: str, *, attempt: int = 0) -> FetchOutcome:
-        """Fetch ``url`` once. Never raises for network or server behaviour."""
+    async def afetch(
+        self,
+        url: str,
+        *,
+        attempt: int = 0,
+        if_none_match: str | None = None,
+        if_modified_since: str | None = None,
+        previous_content_hash: str | None = None,
+    ) -> FetchOutcome:
+        """Fetch ``url`` once. Never raises for network or server behaviour.
+
+        ``if_none_match`` / ``if_modified_since``: the previous response's ETag and
+        Last-Modified, sent as conditional headers (a 304 answers ``not_modified``);
+        ``previous_content_hash``: a 2xx body hashing the same is ``unchanged``.
+        """
         session = self._ensure_session()
         assert self._semaphore is not None
         started = time.monotonic()
@@ -250,7 +303,7 @@ class Fetcher:
 
         crawl_delay_s: float | None = None
         sitemaps: tuple[str, ...] | None = None
-        async with self._semaphore:
+        async with self._ip_turns(url), self._semaphore:
             try:
                 self._check_target(url)
                 if self._obey_robots:
@@ -269,10 +322,55 @@ class Fetcher:
                             robots_sitemaps=sitemaps,
                         )
                 await self._acheck_proxied_target(url)
-                raw = await self._aget(session, url, self._max_body_bytes)
+                conditional: dict[str, str] = {}
+                if if_none_match:
+                    conditional["If-None-Match"] = if_none_match
+                if if_modified_since:
+                    conditional["If-Modified-Since"] = if_modified_since
+                raw = await self._aget(session, url, self._max_body_bytes, conditional)
             except _Failure as exc:
                 return done(exc.outcome, error=str(exc), robots_sitemaps=sitemaps)
-        return self._classify(raw, done, crawl_delay_s, sitemaps)
+        return self._classify(raw, done, crawl_delay_s, sitemaps, previous_content_hash)
+
+    @contextlib.asynccontextmanager
+    async def _ip_turns(self, url: str) -> AsyncIterator[None]:
+        """Per-IP politeness before a connection slot is taken: one fetch per address at a
+        time in this process, entered once the address is free (each GET then claims it in
+        ``_aget``). A host that does not resolve passes: the fetch itself reports why."""
+        address = await self._address_of(URL(url, encoded=True).host or "") if self._ip_gate is not None else None
+        if address is None:
+            yield
+            return
+        assert self._ip_gate is not None
+        lock = self._ip_locks.setdefault(address, asyncio.Lock())
+        try:
+            async with lock:
+                await self._ip_gate.wait_free(address)
+                yield
+        finally:
+            if not lock.locked():
+                self._ip_locks.pop(address, None)
+
+    async def _address_of(self, host: str) -> str | None:
+        """The address the connection to ``host`` goes to (cached like DNS), or None."""
+        try:
+            return ipaddress.ip_address(host.strip("[]")).compressed
+        except ValueError:
+            pass
+        cached = self._addresses.get(host)
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        assert self._resolver is not None
+        try:
+            found = await self._resolver.acheck(host, 80)
+        except (TimeoutError, OSError):
+            return None
+        if not found:
+            return None
+        if len(self._addresses) > 100_000:
+            self._addresses.clear()
+        self._addresses[host] = (found[0]["host"], time.monotonic() + self._dns_cache_s)
+        return found[0]["host"]
 
     def _classify(
         self,
@@ -280,6 +378,7 @@ class Fetcher:
         done: Callable[..., FetchOutcome],
         crawl_delay_s: float | None,
         sitemaps: tuple[str, ...] | None = None,
+        previous_content_hash: str | None = None,
     ) -> FetchOutcome:
         common = dict(
             final_url=raw.final_url,
@@ -296,10 +395,16 @@ class Fetcher:
             common["retry_after_s"] = parse_retry_after(raw.headers.get("retry-after"), now_s=self._clock())
         if raw.too_large:
             return done("too_large", error="decompression ratio limit exceeded (bomb?)", **common)
+        if raw.status == 304:
+            return done("not_modified", **common)
         if 300 <= raw.status < 400 and raw.location is not None:
             return done("redirect", redirect_location=raw.location, **common)
         if 200 <= raw.status < 300:
-            return done("ok", **common)
+            chash = xxhash.xxh3_128_hexdigest(raw.body) if raw.body else ""
+            if chash and chash == previous_content_hash:
+                common["body"] = b""  # the store holds this body already: it need not travel on
+                return done("unchanged", content_hash=chash, **common)
+            return done("ok", content_hash=chash, **common)
         return done("http_error", error=f"HTTP {raw.status}", **common)
 
     def _check_target(self, url: str) -> None:
@@ -367,10 +472,16 @@ class Fetcher:
         except OSError as exc:
             logger.debug("proxied target %s does not resolve here (%s); the proxy decides", host, exc)
 
-    async def _aget(self, session: aiohttp.ClientSession, url: str, max_bytes: int) -> _Raw:
+    async def _aget(
+        self, session: aiohttp.ClientSession, url: str, max_bytes: int, headers: Mapping[str, str] | None = None
+    ) -> _Raw:
         """One GET, no redirects, body read through the bounded decoder."""
+        if self._ip_gate is not None and (address := await self._address_of(URL(url, encoded=True).host or "")):
+            await self._ip_gate.claim(address)  # right before the send: the spacing holds whatever came before
         try:
-            async with session.get(URL(url, encoded=True), allow_redirects=False, proxy=self._proxy) as resp:
+            async with session.get(
+                URL(url, encoded=True), allow_redirects=False, proxy=self._proxy, headers=headers
+            ) as resp:
                 headers = kept_headers(resp.headers.items())
                 location = resp.headers.get("Location")
                 absolute = urljoin(str(resp.url), location) if location else None

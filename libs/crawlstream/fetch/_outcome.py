@@ -21,6 +21,8 @@ Outcome = Literal[
     "too_large",
     "error",
     "excluded",  # not fetched: the operator excluded the domain after the request was released
+    "not_modified",  # 304 to a conditional revisit: nothing new (ADR 022)
+    "unchanged",  # a revisit's 2xx body hashes as the previous one did: the body is not sent on
 ]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
 
@@ -60,6 +62,8 @@ class FetchOutcome:
     robots.txt back-off when robots.txt was unavailable (5xx / network error).
     ``robots_sitemaps`` is set only on the attempt that read the host's robots.txt: the
     sitemaps it names (``crawlstream.sitemaps.robots_sitemaps``); None on every other one.
+    ``content_hash`` is the hex xxh3-128 of the body (the content store's hash), "" without
+    one; an ``unchanged`` outcome keeps it but drops the body (the store has it already).
     """
 
     url: str
@@ -79,6 +83,7 @@ class FetchOutcome:
     robots_sitemaps: tuple[str, ...] | None = None
     attempt: int = 0
     fetched_at_ms: int = 0
+    content_hash: str = ""
 
     @property
     def is_html(self) -> bool:

@@ -319,12 +319,12 @@ class IndexReader:
         self._current: _Version | None = None
         self._versions: dict[str, _Version] = {}
         self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
-        self._row_groups: _Lru[tuple[str, int], pa.Table] = _Lru(
+        self._row_groups: _Lru[tuple[Any, ...], pa.Table] = _Lru(
             row_groups_cached, budget=row_group_cache_bytes, weigh=lambda t: t.nbytes
         )
         # URL lookups read a row group of every dataset of a domain: in a cache of their own (a
         # quarter of the pages' budget) they cannot evict the row groups pages are served from
-        self._lookups: _Lru[tuple[str, int], pa.Table] = _Lru(
+        self._lookups: _Lru[tuple[Any, ...], pa.Table] = _Lru(
             row_groups_cached, budget=row_group_cache_bytes // 4, weigh=lambda t: t.nbytes
         )
         self._pairs: _Lru[tuple[str, int, int], tuple[int, bool, list[Segment], list[int]] | None] = _Lru(4096)
@@ -400,7 +400,10 @@ class IndexReader:
 
     # -- lake access -------------------------------------------------------------------
 
-    def _row_group(self, rel: str, rg: int, *, lookup: bool = False) -> pa.Table:
+    def _row_group(
+        self, rel: str, rg: int, *, lookup: bool = False, columns: tuple[str, ...] | None = None
+    ) -> pa.Table:
+        """A decoded row group (``ROW_COLUMNS``, or ``columns``: cached under their own key)."""
         def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
             # an open file (not a path: no filesystem resolution); the few-valued string
             # columns stay dictionaries (16k rows decode to 16k indices, not 16k strings)
@@ -410,9 +413,10 @@ class IndexReader:
         def load() -> pa.Table:
             pf, lock = self._parquet.get_or_load(rel, load_file)
             with lock:
-                return pf.read_row_group(rg, columns=ROW_COLUMNS, use_threads=False)
+                return pf.read_row_group(rg, columns=list(columns or ROW_COLUMNS), use_threads=False)
 
-        return (self._lookups if lookup else self._row_groups).get_or_load((rel, rg), load)
+        key: tuple[Any, ...] = (rel, rg) if columns is None else (rel, rg, *columns)
+        return (self._lookups if lookup else self._row_groups).get_or_load(key, load)
 
 
 class PinnedIndex:
@@ -579,10 +583,49 @@ class PinnedIndex:
         return [segs[lo - 1]] if lo else []
 
     def _segment_has(self, s: Segment, canon: Any) -> bool:
+        return self._segment_row(s, canon) is not None
+
+    def _segment_row(self, s: Segment, canon: Any) -> int | None:
+        """Row number (in its row group) of ``canon``'s row inside segment ``s``, or None."""
         t = self._table(s, lookup=True).slice(s.row_start, s.row_count)
         hits = pc.indices_nonzero(pc.equal(t.column("path_query"), pa.scalar(canon.path_query)))
         if len(hits) == 0:
-            return False  # one vectorised compare keeps a miss cheap
+            return None  # one vectorised compare keeps a miss cheap
         want = (canon.scheme, host_prefix(canon.host, canon.domain), canon.port)
         parts = t.take(hits).select(["scheme", "host_prefix", "port"]).to_pylist()
-        return any((r["scheme"], r["host_prefix"], r["port"]) == want for r in parts)
+        for hit, r in zip(hits.to_pylist(), parts, strict=True):
+            if (r["scheme"], r["host_prefix"], r["port"]) == want:
+                return s.row_start + int(hit)
+        return None
+
+    def url_extras(self, url: str, dataset_id: int) -> str | None:
+        """The ``extras`` text of canonical ``url``'s row in ``dataset_id`` (the earliest indexed
+        file's, as every answer), or None when no row holds it or its extras are null.
+
+        Used for the alias map (``crawlstream.lake._aliases``): one dataset, one row.
+        """
+        from crawlstream.urls import canonicalize
+
+        canon = canonicalize(url)
+        k = self._key(canon.domain, dataset_id)
+        if k is None:
+            return None
+        _, _, fragmented, segs, _ = k
+        candidates = segs if fragmented else self._candidate_segments(segs, canon.domain, canon.url)
+        for s in candidates:  # sorted by file id: the earliest file's row first
+            row = self._segment_row(s, canon)
+            if row is not None:
+                value = self._extras(s).column(0)[row].as_py()
+                return value if isinstance(value, str) else None
+        return None
+
+    def _extras(self, s: Segment) -> pa.Table:
+        """The ``extras`` column of segment ``s``'s row group (its own cache entry: pages never read it)."""
+        rel = self._v.files[s.file_id].path
+        key = (rel, s.row_group, "extras")
+        table = self._reader._lookups.get(key)
+        if table is None:
+            if self._cached_only:
+                raise NotCached(rel)
+            table = self._reader._row_group(rel, s.row_group, lookup=True, columns=("extras",))
+        return table

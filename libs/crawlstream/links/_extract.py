@@ -40,6 +40,9 @@ _ABSOLUTE = ("http://", "https://")
 class ExtractedLink:
     url: str  # canonical
     rel: Rel
+    # the href as written (whitespace stripped) when it is not ``url``: provenance, carried on
+    # DiscoveredUrl.raw_url (ADR 024); not part of equality (the same link, however written)
+    raw: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -114,9 +117,9 @@ def resolve_candidates(base_href: str | None, candidates: list[tuple[str, Rel]],
     seen: set[str] = set()
     resolved: dict[str, str] = {}  # raw href -> canonical URL: pages repeat their hrefs a lot
     for href, rel in candidates:
+        raw = href
         url = resolved.get(href)
         if url is None:
-            raw = href
             href = href.strip(_WS)
             if not href:
                 result.dropped["empty"] += 1
@@ -139,7 +142,8 @@ def resolve_candidates(base_href: str | None, candidates: list[tuple[str, Rel]],
             result.dropped["duplicate"] += 1
             continue
         seen.add(url)
-        result.links.append(ExtractedLink(url, rel))
+        written = raw.strip(_WS)
+        result.links.append(ExtractedLink(url, rel, None if written == url else written))
     return result
 
 

@@ -8,6 +8,7 @@ See docs/decisions/017-postgres-migration.md.
 """
 
 from crawlstream.migrate._migrator import CHECKPOINT_VERSION, MigrationReport, PostgresMigrator, finished_report
+from crawlstream.migrate._publish import RecordPublisher
 from crawlstream.migrate._source import SEED_SCHEMA_SQL, TABLES, PostgresSource, SourceUnavailable, TableSpec
 from crawlstream.migrate._values import TableReport, epoch_ms, flag, frontier_depth, http_status, robots_bytes
 
@@ -18,6 +19,7 @@ __all__ = [
     "MigrationReport",
     "PostgresMigrator",
     "PostgresSource",
+    "RecordPublisher",
     "SourceUnavailable",
     "TableReport",
     "TableSpec",

@@ -13,7 +13,8 @@ the component that owns it):
   a lake row of dataset ``dataset_id`` with the crawl time and ``{"status": ...}``, also
   published to ``urls.records`` marked as in the lake (replay rebuilds it); the body at
   ``content_storage_path`` under ``content_root`` into the content store when the file is
-  there. ``redirected_to_url`` is counted only: crawlstream has no redirect map yet.
+  there. ``redirected_to_url`` -> a redirect hop of the alias map (``crawlstream.lake._aliases``:
+  a row of the redirects dataset, published the same way), which ``/v1/url`` answers.
 * ``frontier``: seen in the Bloom filter, and when it was not seen before (visited, or an
   earlier row), appended to its domain's frontier file with its depth (``Scheduler.enqueue``,
   as the scheduler admits URLs); priority orders each domain's file (see ``_source``).
@@ -50,7 +51,7 @@ from crawlstream.dedupe import Deduper
 from crawlstream.durable import write_atomically
 from crawlstream.errors import ConfigError, InvalidDomain, InvalidUrl, StorageUnavailable
 from crawlstream.frontier import HEADER_SIZE, FrontierEntry, decode_records, validate_domain
-from crawlstream.lake import LakeWriter
+from crawlstream.lake import REDIRECTS_DATASET, LakeWriter, extras_json, redirect_extras
 from crawlstream.migrate._source import TABLES, Key, PostgresSource, TableSpec
 from crawlstream.migrate._values import TableReport, epoch_ms, flag, frontier_depth, http_status, robots_bytes
 from crawlstream.politeness import Controls, Scheduler
@@ -483,7 +484,28 @@ class PostgresMigrator:
             if content_path is not None:
                 self._import_content(canon.url, content_path, status, ts_ms, table)
             if redirected is not None and str(redirected).strip():
-                table.details["redirect_not_mapped"] += 1
+                self._redirect_row(canon, str(redirected).strip(), status, ts_ms, table)
+
+    def _redirect_row(
+        self, canon: CanonicalUrl, target_text: str, status: int | None, ts_ms: int | None, table: TableReport
+    ) -> None:
+        """``redirected_to_url`` -> a hop of the alias map (ADR 024): a lake row of the redirects
+        dataset, published like the visited row so replay rebuilds it. The row's status is the
+        hop's when it is a 3xx (otherwise the source does not say which redirect it was)."""
+        try:
+            target = canonicalize(target_text, canon.url)  # a relative value resolves against the URL
+        except InvalidUrl:
+            table.details["redirect_invalid"] += 1
+            return
+        if target.url == canon.url:
+            table.details["redirect_to_itself"] += 1
+            return
+        hop_status = status if status is not None and 300 <= status <= 399 else None
+        fields = redirect_extras(target.url, hop_status, target_text)
+        self.lake.add(REDIRECTS_DATASET, canon.url, canon.domain, ts_ms, extras_json(fields))
+        if self._publish is not None:
+            self._publish(REDIRECTS_DATASET, canon.url, canon.domain, ts_ms, fields)
+        table.details["redirect_mapped"] += 1
 
     def _frontier_rows(self, rows: list[tuple[Any, ...]], table: TableReport) -> None:
         valid: list[tuple[CanonicalUrl, int, tuple[Any, ...]]] = []

@@ -32,6 +32,8 @@ def epoch_ms(value: Any) -> int | None:
     """
     if value is None:
         return None
+    if type(value) is int and 0 <= value <= _MAX_EPOCH_S:  # the seed's column: one test, not ten
+        return value * 1000
     if isinstance(value, bool):
         raise ValueError(f"expected a timestamp, found the boolean {value}")
     if isinstance(value, datetime):
@@ -64,6 +66,8 @@ def http_status(value: Any) -> int | None:
     """An HTTP status code (0..999; 0 = the request failed) or None for NULL; ``ValueError`` else."""
     if value is None:
         return None
+    if type(value) is int and 0 <= value <= 999:  # the seed's integer column, without the Decimal round trip
+        return value
     if isinstance(value, bool) or not isinstance(value, int | Decimal | float | str):
         raise ValueError(f"expected an HTTP status, found {type(value).__name__}")
     try:
@@ -79,6 +83,8 @@ def frontier_depth(value: Any) -> tuple[int, bool]:
     """(depth, whether the value had to be fixed): NULL is 0, negatives 0, beyond 16 bits clamped."""
     if value is None:
         return 0, False
+    if type(value) is int and 0 <= value <= MAX_DEPTH_STORED:  # the seed's integer column
+        return value, False
     try:
         number = int(Decimal(str(value).strip()))
     except (ArithmeticError, ValueError):

@@ -12,6 +12,13 @@ Redis layout per partition ``p`` (all O(domains), never O(URLs))::
     cs:sched:{p}:domains     SET   every domain with a frontier file in p (for load_partition)
     cs:sched:{p}:inflight    HASH  "domain\\nurl" -> frontier record of the ticket (for retries)
     cs:sched:{p}:leases      ZSET  "domain\\nurl" -> lease deadline (ms); expired = a lost request
+    cs:sched:{p}:rv          HASH  b off  (revisit read cursor: bucket file, offset; ADR 022)
+    cs:sched:{p}:val         HASH  "domain\\nurl" -> validators of a revisit released to the
+                                   frontier and not completed yet (O(revisits in flight))
+
+With ``revisit_after_s`` > 0 every page fetched (2xx, or 304 to a revisit) is put back in its
+domain's frontier that long after, carrying its ETag / Last-Modified / body hash for a
+conditional request; the schedule itself is on disk (``RevisitFiles``, ``<data_dir>/revisit``).
 
 Caller's contract (the scheduler service): one instance owns a partition at a time
 (``load_partition`` on assign; ``flush_partition`` then ``drop_partition`` on revoke;
@@ -59,6 +66,7 @@ from crawlstream.frontier import (
     validate_domain,
 )
 from crawlstream.politeness._keys import CRAWL_BUDGET_KEY, EXCLUDED_KEY, OVERRIDE_PREFIX
+from crawlstream.politeness._revisit import RevisitCursor, RevisitFiles, RevisitRecord, Validators
 from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
 from crawlstream.robots import MAX_CRAWL_DELAY_S
 
@@ -282,7 +290,7 @@ class _Script:
 
 
 class _Keys:
-    __slots__ = ("domains", "hash_prefix", "inflight", "leases", "ready")
+    __slots__ = ("domains", "hash_prefix", "inflight", "leases", "ready", "revisit_cursor", "validators")
 
     def __init__(self, partition: int) -> None:
         base = f"cs:sched:{int(partition)}:"
@@ -291,6 +299,8 @@ class _Keys:
         self.inflight = base + "inflight"
         self.leases = base + "leases"
         self.hash_prefix = base + "d:"
+        self.revisit_cursor = base + "rv"
+        self.validators = base + "val"
 
     def domain(self, domain: str) -> str:
         return self.hash_prefix + domain
@@ -332,7 +342,9 @@ class Scheduler:
     most; deeper than ``max_depth`` it is never stored; beyond ``max_pages_per_domain``
     dispatches a domain is not scheduled again. A ticket not completed within ``lease_s``
     counts as a timeout (its request was lost). Files are compacted once at least
-    ``compact_min_bytes`` and more than half of them are consumed.
+    ``compact_min_bytes`` and more than half of them are consumed. ``revisit_after_s`` > 0
+    re-fetches every fetched page that long after its fetch, conditionally (ADR 022; 0 = never,
+    the default); revisits count against the page budget like any request.
     """
 
     def __init__(
@@ -350,6 +362,8 @@ class Scheduler:
         max_depth: int = 20,
         lease_s: float = 600.0,
         compact_min_bytes: int = 64 * 1024,
+        revisit_after_s: float = 0.0,
+        revisit_root: Path | None = None,
         metrics: PolitenessMetrics | None = None,
     ) -> None:
         self.redis = redis_client
@@ -365,6 +379,17 @@ class Scheduler:
         self.max_depth = max_depth
         self.lease_ms = int(lease_s * 1000)
         self.compact_min_bytes = compact_min_bytes
+        self.revisit_after_ms = int(revisit_after_s * 1000)
+        # One file per 1/100 of the age (at least a minute): about 100 files per partition.
+        self.revisits = (
+            RevisitFiles(
+                revisit_root if revisit_root is not None else Path(frontier_root).parent / "revisit",
+                max(60_000, self.revisit_after_ms // 100),
+            )
+            if self.revisit_after_ms > 0
+            else None
+        )
+        self._next_revisit_ms: dict[int, int | None] = {}  # per partition; absent = look
         self.stats: Counter[str] = Counter()
         self._claim = _Script(_lua(_CLAIM))
         self._requeue = _Script(_lua(_REQUEUE))
@@ -399,6 +424,8 @@ class Scheduler:
             max_depth=s.max_depth,
             lease_s=s.lease_s,
             compact_min_bytes=s.compact_min_bytes,
+            revisit_after_s=s.revisit_after_s,
+            revisit_root=settings.data_dir / "revisit",
             metrics=metrics,
         )
 
@@ -415,6 +442,7 @@ class Scheduler:
         now = self.now_ms()
         with self._lock(partition):
             self._verified[partition] = set()
+            self._next_revisit_ms.pop(partition, None)
             try:
                 in_flight: Counter[str] = Counter()
                 for field in self.redis.hkeys(keys.inflight):
@@ -449,14 +477,18 @@ class Scheduler:
         pipe.execute()
 
     def flush_partition(self, partition: int) -> int:
-        """fsync frontier files appended to since the last flush (call before committing offsets)."""
+        """fsync frontier (and revisit) files appended to since the last flush (call before
+        committing offsets)."""
         with self._lock(partition):
+            if self.revisits is not None:
+                self.revisits.sync()
             return self.files.sync()
 
     def drop_partition(self, partition: int) -> None:
         """Forget process-local state of ``partition``; Redis and files stay for the next owner."""
         with self._lock(partition):
             self._verified.pop(partition, None)
+            self._next_revisit_ms.pop(partition, None)
 
     # -- imported state (``crawlstream migrate``) ---------------------------------------------
 
@@ -499,9 +531,11 @@ class Scheduler:
 
     # -- the three operations ------------------------------------------------------------------
 
-    def enqueue(self, partition: int, entries: Sequence[FrontierEntry]) -> int:
+    def enqueue(self, partition: int, entries: Sequence[FrontierEntry], *, unconditional: bool = False) -> int:
         """Append new URLs to their domains' files and make those domains ready; return how many
-        were stored. Too deep, invalid-domain and over-budget entries are counted and skipped."""
+        were stored. Too deep, invalid-domain and over-budget entries are counted and skipped.
+        ``unconditional`` (``crawlstream refetch``): forget validators of a revisit of these URLs
+        still waiting, so the fetch asks for the full page whatever the copy we hold."""
         now = self.now_ms()
         keys = _Keys(partition)
         by_domain: dict[str, list[FrontierEntry]] = {}
@@ -546,10 +580,11 @@ class Scheduler:
                     )
                     parked.append(len(group))
                     accepted += len(group)
+                if unconditional and self.revisits is not None:
+                    pipe.hdel(keys.validators, *(_ticket_field(e.domain, e.url) for e in entries))
                 # the last reply of each domain is its requeue: -2 = excluded, the URLs wait parked
-                self.stats["parked_excluded"] += sum(
-                    n for n, r in zip(parked, pipe.execute()[4::5], strict=True) if int(r) == -2
-                )
+                requeued = pipe.execute()[4 : 5 * len(parked) : 5]
+                self.stats["parked_excluded"] += sum(n for n, r in zip(parked, requeued, strict=True) if int(r) == -2)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"enqueue to scheduler partition {partition} failed ({exc})") from exc
         self.stats["enqueued"] += accepted
@@ -572,6 +607,8 @@ class Scheduler:
             for partition in ordered:
                 held.enter_context(self._lock(partition))
             try:
+                if self.revisits is not None:
+                    self._release_revisits(ordered, now)
                 pipe = self.redis.pipeline(transaction=False)
                 for partition in ordered:
                     keys = _Keys(partition)
@@ -596,6 +633,34 @@ class Scheduler:
                 return self._dispatch(claimed, now)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"due() on scheduler partitions {ordered} failed ({exc})") from exc
+
+    def _release_revisits(self, partitions: Sequence[int], now: int, limit: int = 1000) -> None:
+        """Put pages whose revisit is due back in their domains' frontiers (the caller holds the
+        partitions' locks). Steps, do not reorder: 1. their validators into ``val``, 2. the
+        frontier append (``enqueue``), 3. store the new cursor, 4. delete files read to the end.
+        A crash before 3 hands the same records out again (a page fetched twice at worst); no
+        order loses one. Costs nothing while no record is due (the next due time is cached)."""
+        assert self.revisits is not None
+        due = [p for p in partitions if (at := self._next_revisit_ms.get(p, 0)) is not None and at <= now]
+        if not due:
+            return
+        read = self.redis.pipeline(transaction=False)
+        for partition in due:
+            read.hmget(_Keys(partition).revisit_cursor, "b", "off")
+        for partition, (bucket, offset) in zip(due, read.execute(), strict=True):
+            keys = _Keys(partition)
+            cursor = RevisitCursor(_int(bucket), _int(offset))
+            records, after, next_due = self.revisits.read_due(partition, cursor, now, limit)
+            self._next_revisit_ms[partition] = next_due
+            if records:
+                fields = {_ticket_field(r.domain, r.url): r.validators.encode() for r in records}
+                self.redis.hset(keys.validators, mapping=fields)  # type: ignore[arg-type]  # 1.
+                entries = [FrontierEntry(r.domain, r.url, r.url_key, r.depth, now, 0) for r in records]
+                self.enqueue(partition, entries)  # 2.
+                self.stats["revisits_released"] += len(records)
+            if after != cursor:
+                self.redis.hset(keys.revisit_cursor, mapping={"b": after.bucket_ms, "off": after.offset})  # 3.
+                self.revisits.remove_read(partition, after)  # 4.
 
     def _dispatch(self, claimed: dict[int, list[tuple[str, list[Any]]]], now: int) -> list[FetchTicket]:
         # Steps, do not reorder:
@@ -634,7 +699,13 @@ class Scheduler:
                 self._dispatch_script(  # 2. (and 4. unless compacting)
                     keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases], args=args, client=pipe
                 )
-        pipe.execute()
+        if self.revisits is not None and tickets:  # a revisit's validators ride along (same round trip)
+            for ticket in tickets:
+                pipe.hget(_Keys(ticket.partition).validators, _ticket_field(ticket.domain, ticket.url))
+            found = pipe.execute()[-len(tickets) :]
+            tickets = [replace(t, validators=Validators.decode(v)) for t, v in zip(tickets, found, strict=True)]
+        else:
+            pipe.execute()
         if to_compact:
             release = self.redis.pipeline(transaction=False)
             for partition, domain, state in to_compact:
@@ -697,6 +768,8 @@ class Scheduler:
                     keys = _Keys(partition)
                     fields = [_ticket_field(d, u) for d, u, _ in results[partition]]
                     read.hmget(keys.inflight, *fields)
+                    if self.revisits is not None:
+                        read.hmget(keys.validators, *fields)
                     domains = list(dict.fromkeys(d for d, _, _ in results[partition]))
                     for d in domains:
                         read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
@@ -707,11 +780,15 @@ class Scheduler:
                 retries: list[FrontierEntry] = []
                 for partition, keys, fields, domains in plan:
                     raws = next(replies)
+                    previous = next(replies) if self.revisits is not None else [None] * len(fields)
+                    revisits: list[RevisitRecord] = []
                     # Domain rows are updated in place as the batch goes, so two results of one
                     # domain compose (the second sees the first's back-off and file size).
                     row_of = {d: [*next(replies), next(replies)] for d in domains}  # + delay override
                     done: set[bytes] = set()
-                    for (domain, url, outcome), field, raw in zip(results[partition], fields, raws, strict=True):
+                    for (domain, url, outcome), field, raw, before in zip(
+                        results[partition], fields, raws, previous, strict=True
+                    ):
                         if raw is None or field in done:
                             self.stats["stale_completions"] += 1
                             logger.debug("scheduler: completion for %s in %s has no ticket; ignored", url, domain)
@@ -722,6 +799,12 @@ class Scheduler:
                         )
                         if retry is not None:
                             retries.append(retry)
+                        elif self.revisits is not None and not outcome.excluded:
+                            was = Validators.decode(before)
+                            self._plan_revisit(keys, field, raw, domain, outcome, was, now, pipe, revisits)
+                    if revisits:
+                        # on disk before the tickets close: a crash in between re-plans (twice at worst)
+                        self._schedule_revisits(partition, revisits)
                 pipe.execute()
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"complete() on scheduler partitions {ordered} failed ({exc})") from exc
@@ -782,6 +865,46 @@ class Scheduler:
         )
         self.stats["completed"] += 1
         return retry
+
+    def _plan_revisit(
+        self,
+        keys: _Keys,
+        field: bytes,
+        raw: bytes,
+        domain: str,
+        outcome: FetchOutcome,
+        previous: Validators | None,
+        now: int,
+        pipe: Any,
+        out: list[RevisitRecord],
+    ) -> None:
+        """A closed ticket (not retried, not parked): when to fetch its page again, and with what.
+
+        A page (2xx, or 304 to a revisit) comes back after ``revisit_after_s`` with what it said;
+        a revisit that failed for good on a transient error (5xx, timeout ...) comes back with the
+        validators it had; anything else (404, a redirect, robots) ends its revisits."""
+        if previous is not None:
+            pipe.hdel(keys.validators, field)
+        if outcome.validators is not None:
+            keep = previous.after(outcome.validators, outcome.status) if previous is not None else outcome.validators
+            if outcome.status == 304:
+                self.stats["not_modified"] += 1
+        elif previous is not None and outcome.retryable:
+            keep = previous
+            self.stats["revisits_failed"] += 1
+        else:
+            return
+        entry = decode_records(raw, domain)[0][0][0]
+        out.append(RevisitRecord(now + self.revisit_after_ms, entry.url_key, entry.depth, domain, entry.url, keep))
+
+    def _schedule_revisits(self, partition: int, records: Sequence[RevisitRecord]) -> None:
+        assert self.revisits is not None
+        self.revisits.append(partition, records)
+        self.stats["revisits_scheduled"] += len(records)
+        if partition in self._next_revisit_ms:  # absent: the next due_all looks at the files anyway
+            first = min(r.due_ms for r in records)
+            known = self._next_revisit_ms[partition]
+            self._next_revisit_ms[partition] = first if known is None else min(known, first)
 
     def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int, str]:
         """(next fetch at ms, back-off level, Crawl-delay ms, what decided the wait) after

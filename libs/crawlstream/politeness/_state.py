@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crawlstream.frontier import HEADER_SIZE, FrontierEntry
+from crawlstream.politeness._revisit import Validators
 
 __all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "EXCLUDED_ERROR", "DomainState", "FetchOutcome", "FetchTicket"]
 
@@ -21,6 +22,8 @@ class FetchOutcome:
     ``status`` is the HTTP status (0 when no response arrived; then ``error`` says why:
     ``timeout``, ``connect``, ``dns``, ``robots``, ``excluded`` ...). ``retry_after_s`` is the parsed
     Retry-After header; ``crawl_delay_s`` the host's robots.txt Crawl-delay, if any.
+    ``validators`` is set when the response is a page worth revisiting (a 2xx page, or a 304
+    to a revisit): its ETag, Last-Modified and body hash, kept for the next visit (ADR 022).
     """
 
     status: int
@@ -28,6 +31,7 @@ class FetchOutcome:
     retry_after_s: float | None = None
     crawl_delay_s: float | None = None
     error: str | None = None
+    validators: Validators | None = None
 
     @property
     def backs_off(self) -> bool:
@@ -49,12 +53,14 @@ class FetchOutcome:
 
 @dataclass(frozen=True)
 class FetchTicket:
-    """One URL handed to the fetcher; its slot is held until ``Scheduler.complete``."""
+    """One URL handed to the fetcher; its slot is held until ``Scheduler.complete``.
+    ``validators``: set for a revisit, what the previous response said (a conditional request)."""
 
     partition: int
     entry: FrontierEntry
     dispatched_at_ms: int
     lease_deadline_ms: int
+    validators: Validators | None = None
 
     @property
     def domain(self) -> str:

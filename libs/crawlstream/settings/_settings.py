@@ -89,11 +89,14 @@ class DedupeSettings:
     """The deduper's Bloom filters (one per partition, in the owning process; ADR 005)."""
 
     expected_urls: int = setting(
-        10_000_000, "URLs the Bloom filter is sized for, across all partitions", check=positive
+        10_000_000,
+        "URLs the Bloom filters' first slices are sized for, across all partitions; past it a partition's "
+        "filter adds larger slices and keeps its false-positive rate (ADR 023)",
+        check=positive,
     )
     false_positive_rate: float = setting(
         0.001,
-        "Bloom false-positive rate at the expected URL count",
+        "Bloom false-positive rate kept at any URL count (the first slice gets half of it; ADR 023)",
         check=lambda v: None if 0 < v < 1 else "0 < rate < 1",
     )
     snapshot_interval_s: float = setting(
@@ -133,6 +136,12 @@ class SchedulerSettings:
         "and more than half the file",
         check=positive,
     )
+    revisit_after_s: float = setting(
+        0.0,
+        "re-fetch every fetched page this many seconds after its fetch, conditionally (ETag / "
+        "Last-Modified; a 304 or an identical body stores nothing); 0 = never (ADR 022)",
+        check=non_negative,
+    )
 
 
 @dataclass(frozen=True)
@@ -165,6 +174,12 @@ class FetchSettings:
         check=positive,
     )
     limit_per_host: int = setting(2, "open connections per host in the fetcher's pool", check=positive)
+    per_ip_delay_s: float = setting(
+        0.0,
+        "per-IP politeness: > 0 spaces every request to one IP address at least this far apart, across "
+        "all fetchers and however many hosts share the address (turns kept in Redis); 0 = off",
+        check=non_negative,
+    )
     resolve_map_file: Path | None = setting(
         None,
         "JSON {host: [ip, port]} overriding DNS, and only these hosts resolve (written by "
@@ -252,9 +267,9 @@ class StoreSettings:
     )
     maintenance_memory_bytes: int = setting(
         256 * 1024 * 1024,
-        "memory a maintenance step aims at: dictionary training reads at most a quarter of it as samples "
-        "(fastCOVER peaks near 4x its samples); the level-22 context of the global dictionary comes on top "
-        "(ADR 018: a default pass peaked at +333 MB on the 957-page set)",
+        "peak memory a maintenance step stays within: dictionary training samples at most 1/4 of it, "
+        "a compressor's match tables at most 1/3 (held twice by zstd), a batch's bodies at most 1/4 "
+        "(ADR 021)",
         check=positive,
     )
     compact_dead_ratio: float = setting(
@@ -410,7 +425,14 @@ class CrawlSettings:
         (), "registered domains the crawl may enter (comma list; empty = every domain)"
     )
     progress_interval_s: float = setting(
-        5.0, "seconds between progress log lines when stderr is not a terminal", check=positive
+        5.0, "seconds between progress lines when stderr is not a terminal", check=positive
+    )
+    processes: int = setting(
+        0,
+        "processes the embedded crawl runs its crawl loop in: N workers share the embedded log and Redis, "
+        "partitions split among them (0 = one per core; 1 = everything in one process; Kafka: always 1)",
+        flag="--processes",
+        check=non_negative,
     )
     check_interval_s: float = setting(
         0.2, "seconds between the run's checks for drain, max pages and failed services", check=positive

@@ -37,7 +37,8 @@ from crawlstream.store._codec import (
 from crawlstream.store._dicts import GLOBAL_DOMAIN, DictInfo, DictionaryStore
 from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._model import TIERS, Entry, Location, Problem
-from crawlstream.store._store import ContentStore, RecompressReport, StoreStats, VerifyReport
+from crawlstream.store._reports import RecompressReport, StoreStats, VerifyReport
+from crawlstream.store._store import ContentStore
 from crawlstream.store._warc import export_warc
 
 __all__ = [

@@ -28,6 +28,11 @@ GLOBAL_DOMAIN = "*"
 # Ids below 32768 are reserved by the zstd format for registered dictionaries.
 FIRST_DICT_ID = 32768
 _EMPTY_FRAME = zstd.ZstdCompressor(write_content_size=True).compress(b"")
+# Parameters are chosen for sources up to this size (group frames are ≤ 1 MiB, single records
+# with a dictionary ≤ large_body_bytes); zstd still shrinks them for smaller sources.
+_MAX_SOURCE_HINT = 1024 * 1024
+_MIN_TABLE_LOG = 16
+DICT_FILE_LEVEL = 19  # zstd level of the dictionary files themselves (they count in the on-disk ratio)
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ class DictionaryStore:
         dict_id = parsed.dict_id()
         if dict_id in self._infos:
             raise ValueError(f"dictionary id {dict_id} already exists")
-        write_atomically(self.directory / f"{dict_id}.zdict.zst", zstd.ZstdCompressor(level=19).compress(dict_bytes))
+        stored = zstd.ZstdCompressor(level=DICT_FILE_LEVEL).compress(dict_bytes)
+        write_atomically(self.directory / f"{dict_id}.zdict.zst", stored)
         info = DictInfo(dict_id, domain, len(dict_bytes), samples, created_ms)
         self._log.append(
             encode_log_record({"id": dict_id, "d": domain, "z": len(dict_bytes), "n": samples, "c": created_ms})
@@ -129,16 +135,21 @@ class DictionaryStore:
             self._decompressors[dict_id] = dec
         return dec
 
-    def private_codecs(self, *, max_compressors: int = 1, max_decompressors: int = 2) -> DictCodecs:
+    def private_codecs(
+        self, *, max_compressors: int = 1, max_decompressors: int = 2, table_bytes: int = 0
+    ) -> DictCodecs:
         """Compressors and decompressors for one other thread (store maintenance).
 
         zstd contexts are not thread-safe, and the ones above serve puts and reads: a thread
         that compresses or decompresses beside them needs contexts of its own. These are
         built from copies of the dictionary bytes and only the last one (compressors) or two
         (decompressors) are kept: a level-22 compressor on the 8 MB global dictionary holds
-        well over 100 MB of tables, and a batch is sorted by domain, so it rarely switches.
+        ~520 MB of tables uncapped, and a batch is sorted by domain, so it rarely switches.
+        ``table_bytes`` > 0 caps each compressor's match-finder tables (see ``_new_compressor``).
         """
-        return DictCodecs(self, max_compressors=max_compressors, max_decompressors=max_decompressors)
+        return DictCodecs(
+            self, max_compressors=max_compressors, max_decompressors=max_decompressors, table_bytes=table_bytes
+        )
 
     def preload(self, budget_bytes: int) -> int:
         """Load the current dictionaries (global first) into ready decompressors, up to ``budget_bytes``.
@@ -172,22 +183,61 @@ class DictionaryStore:
         self._log.close()
 
 
-def _new_compressor(level: int, dict_bytes: bytes) -> zstd.ZstdCompressor:
+def _new_compressor(level: int, dict_bytes: bytes, table_bytes: int = 0) -> zstd.ZstdCompressor:
+    """A compressor at ``level`` on ``dict_bytes``; ``table_bytes`` > 0 caps its match-finder tables.
+
+    A compressor on a dictionary holds the dictionary's tables twice (the CDict, and the copy a
+    frame larger than a few KB works in): at level 22 on the 8 MB global dictionary that is
+    ~520 MB. Capping hash and chain logs bounds it (frames decode the same; ADR 021).
+    """
     if not dict_bytes:
         return zstd.ZstdCompressor(level=level, write_checksum=False)
     # A dictionary object of its own per compressor: precompute_compress() frees the CDict a
     # compressor of another level still points at (frames then carry a garbage dictionary id
     # and never decode again: "Dictionary mismatch").
     d = zstd.ZstdCompressionDict(dict_bytes)
-    d.precompute_compress(level=level)
-    return zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
+    params = capped_params(level, len(dict_bytes), table_bytes) if table_bytes > 0 else None
+    if params is None:
+        d.precompute_compress(level=level)
+        return zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
+    d.precompute_compress(compression_params=params)
+    return zstd.ZstdCompressor(dict_data=d, compression_params=params)
+
+
+def capped_params(level: int, dict_size: int, table_bytes: int) -> zstd.ZstdCompressionParameters | None:
+    """``level``'s parameters for a dictionary of ``dict_size`` with hash + chain tables of at most
+    ``table_bytes`` (None: the level's own tables already fit)."""
+    base = zstd.ZstdCompressionParameters.from_level(level, source_size=_MAX_SOURCE_HINT, dict_size=dict_size)
+    hash_log, chain_log = base.hash_log, base.chain_log
+    # The chain (a binary tree at levels 16+) is what reaches back into the dictionary; the hash
+    # table only holds entry points, so it shrinks first, down to 1/4 of the chain.
+    while (4 << hash_log) + (4 << chain_log) > table_bytes and max(hash_log, chain_log) > _MIN_TABLE_LOG:
+        if hash_log > chain_log - 2:
+            hash_log -= 1
+        else:
+            chain_log -= 1
+    if (hash_log, chain_log) == (base.hash_log, base.chain_log):
+        return None
+    return zstd.ZstdCompressionParameters.from_level(
+        level,
+        source_size=_MAX_SOURCE_HINT,
+        dict_size=dict_size,
+        hash_log=hash_log,
+        chain_log=chain_log,
+        write_content_size=1,
+        write_checksum=0,
+        write_dict_id=1,
+    )
 
 
 class DictCodecs:
     """zstd contexts of one thread over a ``DictionaryStore``'s dictionaries (least recently used dropped)."""
 
-    def __init__(self, store: DictionaryStore, *, max_compressors: int, max_decompressors: int) -> None:
+    def __init__(
+        self, store: DictionaryStore, *, max_compressors: int, max_decompressors: int, table_bytes: int = 0
+    ) -> None:
         self._store = store
+        self._table_bytes = table_bytes
         self._max_compressors = max(1, max_compressors)
         self._max_decompressors = max(1, max_decompressors)
         self._compressors: dict[tuple[int, int], zstd.ZstdCompressor] = {}
@@ -199,7 +249,8 @@ class DictCodecs:
         if comp is None:
             while len(self._compressors) >= self._max_compressors:
                 self._compressors.pop(next(iter(self._compressors)))
-            comp = _new_compressor(level, self._store._dict(dict_id).as_bytes() if dict_id else b"")
+            raw = self._store._dict(dict_id).as_bytes() if dict_id else b""
+            comp = _new_compressor(level, raw, self._table_bytes)
         self._compressors[key] = comp  # most recently used last
         return comp
 

@@ -21,7 +21,8 @@ from crawlstream.store._model import TIERS, Entry, Location
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
-    from crawlstream.store._store import ContentStore, RecompressReport
+    from crawlstream.store._reports import RecompressReport
+    from crawlstream.store._store import ContentStore
 
 __all__ = ["GroupShape", "Move", "StoreMaintainer", "pick_batch", "sample_evenly", "segment_live_bytes"]
 

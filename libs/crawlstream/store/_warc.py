@@ -1,30 +1,45 @@
-"""WARC export: stored pages as WARC/1.1 ``response`` records, one gzip member each, via warcio.
+"""WARC export: stored pages as WARC/1.1 records, one gzip member each, via warcio.
 
-The store keeps decoded bodies, status and content type but not the original HTTP header
-block, so each response record carries a synthesized ``HTTP/1.1`` header block (status
-line, Content-Type, Content-Length): that is what replay tools and ``warcio index``
-expect, and the payload stays byte-identical to what the store holds.
+Per page, three records: the ``response`` (HTTP header block + the stored body), a
+``request`` (``WARC-Concurrent-To`` the response) and a ``metadata`` record
+(``WARC-Refers-To`` the response: title and tags as ``application/warc-fields``). A body the
+fetcher cut at its size cap carries ``WARC-Truncated: length``.
+
+The store keeps decoded bodies, status, content type, title and tags, but not the original
+HTTP header block, the request or the server's address: the response's header block is
+synthesized (status line, Content-Type, Content-Length), the request is the GET the fetcher
+sends (method, path, Host), and ``WARC-IP-Address`` is omitted. That is what replay tools,
+``warcio check`` and CDXJ indexers need, and the payload stays byte-identical to what the
+store holds. ``export_warc_files`` starts a new file (with its own ``warcinfo``) once one
+passes a size limit, as WARC writers conventionally do (1 GB by default in Heritrix).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from http import HTTPStatus
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawlstream.errors import ChecksumMismatch
+from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 
 if TYPE_CHECKING:
+    from crawlstream.store._model import Entry
     from crawlstream.store._store import ContentStore
 
-__all__ = ["export_warc"]
+__all__ = ["export_warc", "export_warc_files", "split_name"]
 
 logger = logging.getLogger(__name__)
+
+TRUNCATED_TAG = "truncated"  # the bucket compressor's tag for a body cut at fetch.max_body_bytes
 
 
 def _status_line(status: int | None) -> str:
@@ -35,38 +50,155 @@ def _status_line(status: int | None) -> str:
         return f"{code} Unknown"
 
 
+def _warcinfo(writer: WARCWriter, name: str) -> None:
+    writer.write_record(
+        writer.create_warcinfo_record(name, {"software": "crawlstream", "format": "WARC File Format 1.1"})
+    )
+
+
+def _write_page(writer: WARCWriter, entry: Entry, body: bytes) -> None:
+    """The response, request and metadata records of one stored page."""
+    date = datetime.fromtimestamp(entry.fetched_at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    http_headers = StatusAndHeaders(
+        _status_line(entry.status),
+        [("Content-Type", entry.content_type or "application/octet-stream"), ("Content-Length", str(len(body)))],
+        protocol="HTTP/1.1",
+    )
+    warc_headers = {"WARC-Date": date}
+    if TRUNCATED_TAG in entry.tags:
+        warc_headers["WARC-Truncated"] = "length"
+    response = writer.create_warc_record(
+        entry.url,
+        "response",
+        payload=io.BytesIO(body),
+        length=len(body),
+        http_headers=http_headers,
+        warc_headers_dict=warc_headers,
+    )
+    response_id = response.rec_headers.get_header("WARC-Record-ID")
+    writer.write_record(response)
+
+    parts = urlsplit(entry.url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    request_headers = StatusAndHeaders(f"GET {target} HTTP/1.1", [("Host", parts.netloc)], is_http_request=True)
+    request = writer.create_warc_record(
+        entry.url,
+        "request",
+        http_headers=request_headers,
+        warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": response_id},
+    )
+    writer.write_record(request)
+
+    fields = []
+    if entry.title:
+        fields.append(f"title: {' '.join(entry.title.split())}")
+    if entry.tags:
+        fields.append(f"tags: {','.join(sorted(entry.tags))}")
+    if fields:
+        block = ("\r\n".join(fields) + "\r\n").encode("utf-8")
+        metadata = writer.create_warc_record(
+            entry.url,
+            "metadata",
+            payload=io.BytesIO(block),
+            length=len(block),
+            warc_content_type="application/warc-fields",
+            warc_headers_dict={"WARC-Date": date, "WARC-Refers-To": response_id},
+        )
+        writer.write_record(metadata)
+
+
+class _Pages:
+    """Each live page of ``domain`` (or all) with its body; corrupt records are skipped, logged
+    and counted (``skipped``), never exported."""
+
+    def __init__(self, store: ContentStore, domain: str | None) -> None:
+        self._store = store
+        self._domain = domain
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[tuple[Entry, bytes]]:
+        for entry in self._store.search(domain=self._domain):
+            try:
+                body = self._store.read_location(entry.location, expected_hash=entry.content_hash)
+            except ChecksumMismatch as exc:
+                logger.error("export-warc: %s skipped: %s", entry.url, exc)
+                self.skipped += 1
+                continue
+            yield entry, body
+
+
 def export_warc(store: ContentStore, out: IO[bytes], *, domain: str | None = None) -> tuple[int, int]:
-    """Write every live page (of ``domain``, or all) to ``out``; returns (written, skipped).
+    """Write every live page (of ``domain``, or all) to ``out``; returns (pages written, skipped).
 
     Corrupt records are skipped with an error logged, never exported.
     """
     writer = WARCWriter(out, gzip=True, warc_version="1.1")
-    info = writer.create_warcinfo_record(
-        "crawlstream-export.warc.gz", {"software": "crawlstream", "format": "WARC File Format 1.1"}
-    )
-    writer.write_record(info)
-    written = skipped = 0
-    for entry in store.search(domain=domain):
-        try:
-            body = store.read_location(entry.location, expected_hash=entry.content_hash)
-        except ChecksumMismatch as exc:
-            logger.error("export-warc: %s skipped: %s", entry.url, exc)
-            skipped += 1
-            continue
-        headers = [
-            ("Content-Type", entry.content_type or "application/octet-stream"),
-            ("Content-Length", str(len(body))),
-        ]
-        http_headers = StatusAndHeaders(_status_line(entry.status), headers, protocol="HTTP/1.1")
-        date = datetime.fromtimestamp(entry.fetched_at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        record = writer.create_warc_record(
-            entry.url,
-            "response",
-            payload=io.BytesIO(body),
-            length=len(body),
-            http_headers=http_headers,
-            warc_headers_dict={"WARC-Date": date},
-        )
-        writer.write_record(record)
+    _warcinfo(writer, "crawlstream-export.warc.gz")
+    pages = _Pages(store, domain)
+    written = 0
+    for entry, body in pages:
+        _write_page(writer, entry, body)
         written += 1
-    return written, skipped
+    return written, pages.skipped
+
+
+def split_name(out: Path, index: int) -> Path:
+    """``crawl.warc.gz`` -> ``crawl-00000.warc.gz`` (the index before the WARC suffixes)."""
+    name = out.name
+    for suffix in (".warc.gz", ".warc"):
+        if name.endswith(suffix):
+            return out.with_name(f"{name[: -len(suffix)]}-{index:05d}{suffix}")
+    return out.with_name(f"{name}-{index:05d}")
+
+
+def export_warc_files(
+    store: ContentStore, out: Path, max_file_bytes: int, *, domain: str | None = None
+) -> tuple[list[Path], int, int]:
+    """Write the pages to ``split_name(out, 0)``, ``split_name(out, 1)`` ...: a new file begins
+    once the current one has reached ``max_file_bytes`` (a page's records never straddle two
+    files, so a file may pass the limit by one page). Each file is written to ``.tmp`` and
+    renamed when complete. Returns (files, pages written, skipped)."""
+    if max_file_bytes <= 0:
+        raise ValueError(f"max_file_bytes must be positive, got {max_file_bytes}")
+    files: list[Path] = []
+    pages = _Pages(store, domain)
+    written = 0
+    fh: IO[bytes] | None = None
+    writer: WARCWriter | None = None
+
+    def start() -> WARCWriter:
+        nonlocal fh
+        files.append(split_name(out, len(files)))
+        fh = open(_tmp(files[-1]), "wb")  # noqa: SIM115 - one file per part: closed below, then renamed
+        new = WARCWriter(fh, gzip=True, warc_version="1.1")
+        _warcinfo(new, files[-1].name)
+        return new
+
+    def finish() -> None:
+        nonlocal fh
+        assert fh is not None
+        fh.close()
+        fh = None
+        os.replace(_tmp(files[-1]), files[-1])
+
+    try:
+        for entry, body in pages:
+            if writer is None or (fh is not None and fh.tell() >= max_file_bytes):
+                if fh is not None:
+                    finish()
+                writer = start()
+            _write_page(writer, entry, body)
+            written += 1
+        if writer is None:  # nothing to export: still one valid file, with its warcinfo
+            start()
+        finish()
+    except OSError as exc:
+        raise StorageUnavailable(f"could not write WARC file {files[-1] if files else out}: {exc}") from exc
+    finally:
+        if fh is not None:  # failed midway: the part stays as .tmp, never under its final name
+            fh.close()
+    return files, written, pages.skipped
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")

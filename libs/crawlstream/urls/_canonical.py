@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote, urljoin
@@ -57,6 +58,43 @@ class CanonicalUrl:
     raw: str
 
 
+_FIELDS = ("url", "scheme", "host", "port", "path_query", "domain", "raw")
+
+
+def _canonical_url_factory() -> Callable[[str, str, str, int | None, str, str, str], CanonicalUrl]:
+    """A constructor of ``CanonicalUrl`` that sets its slots directly.
+
+    The generated ``__init__`` of a frozen dataclass calls ``object.__setattr__`` per field
+    (~1.5 us for seven, a quarter of canonicalizing a clean URL); the slot descriptors do the
+    same in a third of the time. Used only while ``CanonicalUrl`` is exactly the slotted class
+    this was written for (same fields, no ``__post_init__``); otherwise the class itself.
+    """
+    if tuple(getattr(CanonicalUrl, "__slots__", ())) != _FIELDS or hasattr(CanonicalUrl, "__post_init__"):
+        return CanonicalUrl
+    set_url, set_scheme, set_host, set_port, set_pq, set_domain, set_raw = (
+        CanonicalUrl.__dict__[name].__set__ for name in _FIELDS
+    )
+    new = object.__new__
+
+    def make(
+        url: str, scheme: str, host: str, port: int | None, path_query: str, domain: str, raw: str
+    ) -> CanonicalUrl:
+        obj = new(CanonicalUrl)
+        set_url(obj, url)
+        set_scheme(obj, scheme)
+        set_host(obj, host)
+        set_port(obj, port)
+        set_pq(obj, path_query)
+        set_domain(obj, domain)
+        set_raw(obj, raw)
+        return obj
+
+    return make
+
+
+_new_canonical = _canonical_url_factory()
+
+
 # ---------------------------------------------------------------------------------------------
 # Character classes (see schemas/URL_KEYS.md "Percent-encoding").
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -75,8 +113,10 @@ _PCT_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _PATH_NEEDS_ENCODING = re.compile(r"[^!$%&\'()*+,\-./0-9:;=@A-Z\[\\\]_a-z|~]")
 _QUERY_NEEDS_ENCODING = re.compile(r"[^!$%&()*+,\-./0-9:;=?@A-Z\[\\\]^_`a-z{|}~]")
 # A path the fast path can keep verbatim: allowed raw characters, no '%', and no '//' or
-# '/.' (which may start a dot segment) anywhere.
-_CLEAN_PATH = re.compile(r"/(?:[!$&'()*+,\-0-9:;=@A-Z\[\\\]_a-z|~]|(?<!/)[./])*")
+# '/.' (which may start a dot segment) anywhere. One character class plus two substring
+# tests (``_clean_path``): a quarter of the time of the equivalent regex with a lookbehind
+# per character, ``/(?:[!$&'()*+,\-0-9:;=@A-Z\[\\\]_a-z|~]|(?<!/)[./])*``.
+_CLEAN_PATH_CHARS = re.compile(r"/[!$&'()*+,\-./0-9:;=@A-Z\[\\\]_a-z|~]*")
 _CLEAN_QUERY = re.compile(r"[!$&()*+,\-./0-9:;=?@A-Z\[\\\]^_`a-z{|}~]*")
 
 # The fast shape: lowercase http(s), a plain ASCII host, optional port, path without
@@ -285,7 +325,7 @@ def _build(scheme: str, raw_host: str, port: int | None, path: str, query: str, 
     except InvalidUrl as exc:
         exc.url = raw
         raise
-    if not (path and _CLEAN_PATH.fullmatch(path)):
+    if not (path and _CLEAN_PATH_CHARS.fullmatch(path) and "//" not in path and "/." not in path):
         path = _normalize_path(path)
     if query:
         query = _normalize_query(query)
@@ -298,7 +338,7 @@ def _build(scheme: str, raw_host: str, port: int | None, path: str, query: str, 
             url=raw,
             reason="length",
         )
-    return CanonicalUrl(url, scheme, host, port, path_query, domain, raw)
+    return _new_canonical(url, scheme, host, port, path_query, domain, raw)
 
 
 def _split_authority(authority: str, raw: str) -> tuple[str, str]:
@@ -366,7 +406,7 @@ def _canonicalize_slow(url: str, base: str | None) -> CanonicalUrl:
     text = head.replace("\\", "/") + hsep + fragment + sep + tail
     joined = urljoin(base_canon.url, text)
     result = canonicalize(joined)
-    return CanonicalUrl(
+    return _new_canonical(
         result.url, result.scheme, result.host, result.port, result.path_query, result.domain, url
     )
 

@@ -1,0 +1,94 @@
+"""``store stats``: counts and sizes, live and dead segment bytes, the on-disk ratio's denominator.
+
+Live bytes are estimates: a group record counts its live body members' share (member sizes
+from the group headers alone, learned once and cached by the maintenance engine).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from crawlstream.store._dicts import DictionaryStore
+from crawlstream.store._index import UrlIndex
+from crawlstream.store._index_log import IndexLog
+from crawlstream.store._maintenance import segment_live_bytes
+from crawlstream.store._model import TIERS
+from crawlstream.store._quarantine import Quarantine
+from crawlstream.store._reports import StoreStats
+from crawlstream.store._segments import Segments
+from crawlstream.store._tiering import Tiering
+
+__all__ = ["collect_stats"]
+
+
+def _tier_row() -> dict[str, int]:
+    # raw_bytes: the live pages' raw sizes (per URL, as StoreStats.raw_bytes): raw_bytes / live_bytes
+    # is the tier's compression ratio (crawlstream_store_tier_ratio)
+    return {"urls": 0, "records": 0, "segments": 0, "bytes": 0, "live_bytes": 0, "raw_bytes": 0}
+
+
+def collect_stats(
+    root: Path,
+    *,
+    segments: Segments,
+    dicts: DictionaryStore,
+    index: UrlIndex,
+    index_log: IndexLog,
+    quarantine: Quarantine,
+    tiering: Tiering,
+    lock: threading.RLock,
+) -> StoreStats:
+    with lock:
+        entries = list(index.entries())
+    _, unknown = segment_live_bytes(entries, tiering.group_shapes)
+    if unknown:
+        tiering.learn_group_shapes(unknown, limit=len(unknown))
+    with lock:
+        entries = list(index.entries())
+        by_tier: dict[str, dict[str, int]] = {t: _tier_row() for t in TIERS}
+        records: dict[str, set[tuple[str, int]]] = defaultdict(set)
+        for entry in entries:
+            tier = entry.location.tier
+            by_tier[tier]["urls"] += 1
+            by_tier[tier]["raw_bytes"] += entry.raw_size
+            records[tier].add((entry.location.segment, entry.location.offset))
+        for tier, recs in records.items():
+            by_tier[tier]["records"] = len(recs)
+        usage, _ = segment_live_bytes(entries, tiering.group_shapes)
+        seg_bytes = live_bytes = 0
+        seg_files = segments.files()
+        for path in seg_files:
+            size = path.stat().st_size
+            seg_bytes += size
+            live = min(size, int(usage.get(segments.name(path), 0)))
+            live_bytes += live
+            tier_stats = by_tier.setdefault(path.parent.name, _tier_row())
+            tier_stats["segments"] += 1
+            tier_stats["bytes"] += size
+            tier_stats["live_bytes"] += live
+        index_files = index_log.files()
+        index_bytes = sum(p.stat().st_size for p in index_files if p.exists())
+        counted = set(index_files) | set(seg_files)
+        other = sum(
+            p.stat().st_size
+            for p in root.rglob("*")
+            if p.is_file() and p not in counted and p.parent != dicts.directory
+        )
+        unique = {e.content_hash: e.raw_size for e in entries}
+        return StoreStats(
+            urls=len(entries),
+            bodies=len(unique),
+            raw_bytes=sum(e.raw_size for e in entries),
+            segment_bytes=seg_bytes,
+            dict_bytes=dicts.stored_bytes(),
+            index_bytes=index_bytes,
+            dictionaries=len(dicts.infos()),
+            quarantined_regions=len(quarantine.regions()),
+            by_tier=by_tier,
+            live_bytes=live_bytes,
+            dead_bytes=seg_bytes - live_bytes,
+            other_bytes=other,
+            quarantined_urls=sorted(e.url for e in entries if quarantine.has(e.location)),
+        )

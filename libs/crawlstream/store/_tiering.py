@@ -1,0 +1,438 @@
+"""Maintenance batches: moving pages down the tiers by age, and compacting segments with dead space.
+
+A batch is bounded (``maintenance_budget_bytes`` of raw bodies, and at most a quarter of the
+memory budget ``maintenance_memory_bytes``) and holds the store lock only to choose and to
+swap (``run_batch`` numbers the steps, ADR 018). The planning rules (what moves next, what
+a segment holds live) are pure functions in ``_maintenance``; dictionary training is
+``_training``, the writing of new segments ``_rewrite``. This module owns the order of the
+steps, the swap, garbage collection and the space accounting of group records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from crawlstream.durable import fsync_dir
+from crawlstream.errors import BadDataError, ChecksumMismatch
+from crawlstream.store._codec import KIND_BODY, GroupHeader, decode_record_header
+from crawlstream.store._config import StoreConfig
+from crawlstream.store._dicts import DictionaryStore
+from crawlstream.store._files import AppendFile, ReadCache
+from crawlstream.store._index import UrlIndex
+from crawlstream.store._index_log import IndexLog
+from crawlstream.store._maintenance import (
+    TIER_RANK,
+    GroupShape,
+    Move,
+    batch_order,
+    pick_batch,
+    segment_live_bytes,
+    target_tier,
+)
+from crawlstream.store._model import Entry, Location
+from crawlstream.store._quarantine import Quarantine
+from crawlstream.store._reports import RecompressReport
+from crawlstream.store._rewrite import Rewriter
+from crawlstream.store._segments import Segments
+from crawlstream.store._training import DictionaryTrainer
+
+__all__ = ["Tiering", "batch_budget_bytes", "compressor_table_bytes"]
+
+logger = logging.getLogger(__name__)
+
+# Shares of the memory budget (ADR 021): a batch's bodies take at most a quarter; a compressor's
+# match-finder tables a third (zstd holds them twice: the CDict and the copy a frame works in).
+_BATCH_MEMORY_SHARE = 4
+_COMPRESSOR_TABLE_SHARE = 3
+
+
+def batch_budget_bytes(config: StoreConfig) -> int:
+    """Raw body bytes one batch may read: the batch budget, within the memory budget."""
+    return max(1, min(config.maintenance_budget_bytes, config.maintenance_memory_bytes // _BATCH_MEMORY_SHARE))
+
+
+def compressor_table_bytes(config: StoreConfig) -> int:
+    """The cap on one maintenance compressor's hash + chain tables."""
+    return max(1, config.maintenance_memory_bytes // _COMPRESSOR_TABLE_SHARE)
+
+
+class Tiering:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        segments: Segments,
+        dicts: DictionaryStore,
+        index: UrlIndex,
+        index_log: IndexLog,
+        quarantine: Quarantine,
+        trainer: DictionaryTrainer,
+        lock: threading.RLock,
+        maint_lock: threading.Lock,
+        shapes: dict[tuple[str, int], GroupShape],
+        unmovable: set[tuple[str, int, int]],
+        rewriter: Rewriter,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._config = config
+        self._segments = segments
+        self._dicts = dicts
+        self._index = index
+        self._index_log = index_log
+        self._quarantine = quarantine
+        self._trainer = trainer
+        self._lock = lock
+        self._maint_lock = maint_lock  # one step at a time; taken before the store lock, never after it
+        self.group_shapes = shapes  # member sizes of group records, for space accounting
+        self._unmovable = unmovable  # records a batch could not read: never picked again
+        self._compact_failed: set[str] = set()  # segments a compaction could not empty
+        self.rewriter = rewriter
+        self._clock_ms = clock_ms
+
+    # ------------------------------------------------------------------ passes
+
+    def maintain(
+        self,
+        now_ms: int | None,
+        *,
+        ages_zero: bool,
+        compact: bool,
+        progress: Callable[[RecompressReport], None] | None,
+        cancel: threading.Event | None,
+    ) -> RecompressReport:
+        """See ``ContentStore.maintain``."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        total = RecompressReport(kind="maintain")
+        while cancel is None or not cancel.is_set():
+            report = self.step(now, ages_zero=ages_zero, compact=compact, cancel=cancel)
+            if report is None:
+                break
+            total.merge(report)
+            if progress is not None:
+                progress(report)
+            if report.cancelled or (report.moved_urls == 0 and not report.segments_removed):
+                break  # nothing could be moved (changed meanwhile, or unreadable): the next step would repeat it
+        self.snapshot_index()
+        return total
+
+    def step(
+        self, now_ms: int | None, *, ages_zero: bool, compact: bool, cancel: threading.Event | None
+    ) -> RecompressReport | None:
+        """See ``ContentStore.maintenance_step``."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        after_s = self._config.tier_after_s
+
+        def choose(entry: Entry) -> str | None:
+            return target_tier(entry, now, after_s, ages_zero=ages_zero)
+
+        report = self.tier_step(choose, None, cancel)
+        if report is None and compact:
+            report = self.compact_step(cancel)
+        return report
+
+    def backlog(self, now_ms: int | None, *, ages_zero: bool) -> dict[str, int]:
+        """Raw bytes due for a deeper tier, and live bytes of segments due for compaction (an estimate)."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        after_s = self._config.tier_after_s
+        with self._lock:
+            live = list(self._index.entries())
+            sizes = self._segments.sizes()
+            skip = self._compaction_exempt()
+        seen: set[bytes] = set()
+        tier_bytes = 0
+        for e in live:
+            if target_tier(e, now, after_s, ages_zero=ages_zero) and e.content_hash not in seen:
+                seen.add(e.content_hash)
+                tier_bytes += e.raw_size
+        due = set(self._compaction_candidates(live, sizes, skip))
+        compact_bytes = sum(e.raw_size for e in live if e.location.segment in due)
+        return {"tier_bytes": tier_bytes, "compact_bytes": compact_bytes}
+
+    def recompress(self, older_than_s: float, *, tier: str, now_ms: int | None) -> RecompressReport:
+        """See ``ContentStore.recompress``."""
+        if tier not in TIER_RANK or tier == "hot":
+            raise ValueError(f"recompress target must be warm, cold or archive, got {tier!r}")
+        now = self._clock_ms() if now_ms is None else now_ms
+        cutoff = now - int(older_than_s * 1000)
+
+        def choose(entry: Entry) -> str | None:
+            moves = TIER_RANK[entry.location.tier] < TIER_RANK[tier] and entry.fetched_at_ms <= cutoff
+            return tier if moves else None
+
+        total = RecompressReport(tier=tier)
+        while True:
+            report = self.tier_step(choose, tier, None)
+            if report is None:
+                break
+            total.merge(report)
+            if report.moved_urls == 0 and not report.segments_removed:
+                break
+        self.snapshot_index()
+        logger.info(
+            "recompressed %d urls (%d bodies) into %s: %d segments written, %d removed, %d dictionaries trained",
+            total.moved_urls,
+            total.moved_bodies,
+            tier,
+            len(total.segments_written),
+            len(total.segments_removed),
+            total.dictionaries_trained,
+        )
+        return total
+
+    def snapshot_index(self) -> None:
+        with self._maint_lock:
+            self._index_log.snapshot_beside_puts(self._index, self._lock)
+
+    # ------------------------------------------------------------------ phase (a): choose
+
+    def tier_step(
+        self, choose: Callable[[Entry], str | None], tier: str | None, cancel: threading.Event | None
+    ) -> RecompressReport | None:
+        """Phase (a) of a tier batch: pick the oldest entries ``choose`` sends to the same tier."""
+        with self._maint_lock:
+            with self._lock:  # a consistent copy; the choice is made outside the lock, the swap re-checks
+                live = [(e, e.location, e.seq) for e in self._index.entries()]
+            candidates: list[tuple[Entry, Location, int, str]] = []
+            for e, loc, seq in live:
+                target = choose(e)
+                if target is not None and (loc.segment, loc.offset, loc.member) not in self._unmovable:
+                    candidates.append((e, loc, seq, target))
+            if not candidates:
+                return None
+            candidates.sort(key=lambda c: batch_order(c[0]))
+            tier = tier or candidates[0][3]
+            moves: list[Move] = []
+            for e, loc, seq, target in candidates:
+                if target != tier:
+                    continue
+                body_at = self._index.blobs.get(e.content_hash)
+                # Another URL's copy of this body is already in a tier at least as deep: only this
+                # URL's reference record moves (bounded batches must not store a body twice).
+                keep = (
+                    body_at is not None
+                    and body_at != loc
+                    and body_at.tier != "hot"
+                    and TIER_RANK[body_at.tier] >= TIER_RANK[tier]
+                    and body_at.segment not in self._segments.in_flight
+                )
+                moves.append(Move(e, loc, seq, keep, body_at if keep else None))
+            return self.run_batch(pick_batch(moves, batch_budget_bytes(self._config)), tier, "tier", cancel)
+
+    def _compaction_exempt(self) -> set[str]:
+        """Segments compaction must not touch: the active one, ones being written, quarantined ones."""
+        exempt = self._quarantine.segments() | self._segments.in_flight | self._compact_failed
+        if self._segments.has_active():
+            exempt.add(self._segments.active_name)
+        return exempt
+
+    def _compaction_candidates(self, live: list[Entry], sizes: dict[str, int], exempt: set[str]) -> list[str]:
+        """Segments whose estimated dead share is at least ``compact_dead_ratio``, oldest first."""
+        usage, _ = segment_live_bytes(live, self.group_shapes)
+        due = []
+        for seg, size in sizes.items():
+            if seg in exempt or size <= 0:
+                continue
+            dead = size - min(size, usage.get(seg, 0.0))
+            if dead / size >= self._config.compact_dead_ratio:
+                due.append(seg)
+        return sorted(due, key=lambda s: s.rsplit("/", 1)[-1])
+
+    def compact_step(self, cancel: threading.Event | None) -> RecompressReport | None:
+        """Phase (a) of a compaction batch: the oldest segments (one tier) with too much dead space.
+
+        Their live records are rewritten into the same tier; the old segments are then garbage.
+        """
+        with self._maint_lock:
+            with self._lock:
+                live = list(self._index.entries())
+                sizes = self._segments.sizes()
+                exempt = self._compaction_exempt()
+            _, unknown = segment_live_bytes(live, self.group_shapes)
+            if unknown:
+                self.learn_group_shapes(unknown)
+            due = self._compaction_candidates(live, sizes, exempt)
+            if not due:
+                return None
+            tier = due[0].split("/", 1)[0]
+            by_seg: dict[str, list[Entry]] = defaultdict(list)
+            for e in live:
+                by_seg[e.location.segment].append(e)
+                if e.record_segment and e.record_segment != e.location.segment:
+                    by_seg[e.record_segment].append(e)
+            budget = batch_budget_bytes(self._config)
+            chosen: list[str] = []
+            used = 0
+            for seg in due:
+                if seg.split("/", 1)[0] != tier:
+                    continue
+                raw = sum(e.raw_size for e in {e.content_hash: e for e in by_seg[seg]}.values())
+                if chosen and used + raw > budget:
+                    break
+                chosen.append(seg)
+                used += raw
+            picked = set(chosen)
+            moves: list[Move] = []
+            seen: set[str] = set()
+            for seg in chosen:
+                for e in by_seg[seg]:
+                    if e.url in seen:
+                        continue
+                    seen.add(e.url)
+                    if e.location.segment in picked:
+                        moves.append(Move(e, e.location, e.seq))
+                    else:  # only its reference record is here; the body stays where it is
+                        moves.append(Move(e, e.location, e.seq, True, e.location))
+            moves.sort(key=lambda m: batch_order(m.entry))
+            report = self.run_batch(moves, tier, "compact", cancel)
+            if not report.cancelled:
+                gone = set(report.segments_removed)
+                self._compact_failed.update(seg for seg in chosen if seg not in gone)
+            return report
+
+    def learn_group_shapes(self, groups: list[Location], limit: int = 10_000) -> None:
+        """Read the member tables of group records (header bytes only) for space accounting."""
+        reads = ReadCache()
+        try:
+            for loc in groups[:limit]:
+                path = self._segments.path(loc.segment)
+                try:
+                    head = reads.pread(path, loc.offset, 8)
+                    size = int.from_bytes(head[4:8], "little")
+                    buf = reads.pread(path, loc.offset, min(loc.length, 8 + size))
+                    # The frame is not needed to decode the table: zeros stand in for it.
+                    header = decode_record_header(buf + bytes(loc.length - len(buf)))
+                except (BadDataError, ChecksumMismatch, OSError) as exc:
+                    logger.debug("group record at %s:%d not examined: %s", loc.segment, loc.offset, exc)
+                    continue
+                if isinstance(header, GroupHeader):
+                    self.group_shapes[(loc.segment, loc.offset)] = GroupShape(
+                        tuple(m.end - m.start for m in header.members),
+                        frozenset(i for i, m in enumerate(header.members) if m.kind == KIND_BODY),
+                    )
+        finally:
+            reads.close()
+
+    # ------------------------------------------------------------------ phases (b) and (c)
+
+    def run_batch(self, moves: list[Move], tier: str, kind: str, cancel: threading.Event | None) -> RecompressReport:
+        """Rewrite ``moves`` into ``tier``: a bounded batch that holds the store lock only to swap.
+
+        The steps are ordered for crash safety; do not reorder them:
+
+        (a) (the caller, under the store lock) choose the batch and remember each entry's
+            location and seq;
+        (b) without the store lock (puts go on; they only append to the active hot segment):
+            1. train and fsync any new dictionaries (before a frame can name them; a put of
+               that domain may use one as soon as it is added: its file is durable first);
+            2. read the bodies, compress them with this thread's own zstd contexts, write the
+               new segment(s) (allocated under the lock, invisible to garbage collection while
+               in flight) and fsync them and their directory;
+        (c) under the store lock, for every entry still at the location and seq of (a) (not
+            deleted or replaced meanwhile):
+            3. append its index entry, then an end mark per new segment, and fsync the index;
+            4. point memory at the new locations, then delete segments nothing live points into;
+            5. compact the index (snapshot) once its log has grown.
+        A kill during (b) leaves complete records nothing indexes: start-up re-indexes them as
+        relocations (same seq, so a later put or a tombstone still wins) — nothing is lost and
+        nothing is half-moved. A cancelled batch (``cancel`` set) deletes its new segments.
+        Records of entries that changed meanwhile stay unindexed in the new segments (their
+        end mark keeps start-up from re-indexing them) and are reclaimed by compaction.
+        """
+        report = RecompressReport(kind=kind, tier=tier)
+        if not moves:
+            return report
+        codecs = self._dicts.private_codecs(table_bytes=compressor_table_bytes(self._config))
+        reads = ReadCache()
+        writers: list[AppendFile] = []
+        pending: list[tuple[Move, dict[str, Any]]] = []
+        try:
+            if kind == "tier":
+                report.dictionaries_trained = self._trainer.train_for(moves, codecs, reads, cancel)  # 1.
+            if cancel is None or not cancel.is_set():
+                pending = self.rewriter.rewrite(moves, tier, codecs, reads, writers, report, cancel)  # 2.
+        except BaseException:
+            self._discard(writers)  # nothing indexes them yet: the batch leaves nothing behind
+            raise
+        finally:
+            reads.close()
+            codecs.clear()
+            for w in writers:
+                w.close()
+        names = [self._segments.name(w.path) for w in writers]
+        if cancel is not None and cancel.is_set():
+            report.cancelled = True
+            self._discard(writers)
+            return report
+        if writers and self._config.fsyncs:
+            for seg_dir in {w.path.parent for w in writers}:
+                fsync_dir(seg_dir)
+        report.segments_written = names
+        self._swap(pending, writers, report)
+        return report
+
+    def _discard(self, writers: list[AppendFile]) -> None:
+        with self._lock:
+            self._segments.discard(writers)
+
+    def _swap(
+        self, pending: list[tuple[Move, dict[str, Any]]], writers: list[AppendFile], report: RecompressReport
+    ) -> None:
+        """Phase (c), steps 3-5 of ``run_batch`` (under the lock; do not reorder)."""
+        names = [self._segments.name(w.path) for w in writers]
+        with self._lock:
+            applied: list[tuple[Entry, dict[str, Any]]] = []
+            for move, rec in pending:
+                cur = self._index.lookup(move.entry.url_key, move.entry.url)
+                if cur is None or cur.seq != move.seq or cur.location != move.location:
+                    report.skipped_changed += 1  # deleted or replaced meanwhile: its new record is dead
+                    continue
+                applied.append((cur, rec))
+            # 3. index entries, the new segments' ends, fsync
+            for _, rec in applied:
+                self._index_log.append(rec)
+            for w, name in zip(writers, names, strict=True):
+                self._index_log.append({"e": [name, w.size]})
+            if self._config.fsyncs:
+                self._index_log.sync()
+            # 4. memory, then garbage
+            for cur, rec in applied:
+                cur.location = Location.from_list(rec["l"])
+                cur.record_segment = rec["r"][0] if "r" in rec else ""
+                cur.record_bytes = int(rec.get("rb", 0))
+                self._index.blobs[cur.content_hash] = cur.location
+                report.moved_urls += 1
+            self._segments.in_flight.difference_update(names)
+            before = self._segments.sizes()
+            report.segments_removed = self.collect_garbage()
+            report.freed_bytes = sum(before.get(n, 0) for n in report.segments_removed)
+            due = self._index_log.snapshot_due()
+        # 5. compact the index once its log outgrows the snapshot (encoded outside the lock)
+        if due:
+            self._index_log.snapshot_beside_puts(self._index, self._lock)
+
+    def collect_garbage(self) -> list[str]:
+        """Delete segment files no live entry points into (never in-flight or quarantined ones). Under the lock."""
+        used: set[str] = set()
+        for entry in self._index.entries():
+            used.add(entry.location.segment)
+            if entry.record_segment:
+                used.add(entry.record_segment)
+        quarantined_segments = self._quarantine.segments()
+        removed: list[str] = []
+        for path in self._segments.files():
+            name = self._segments.name(path)
+            if name in used or name in quarantined_segments or name in self._segments.in_flight:
+                continue
+            self._segments.remove(name)
+            self._index_log.forget_segment(name)
+            self._compact_failed.discard(name)
+            for key in [k for k in list(self.group_shapes) if k[0] == name]:  # list(): atomic copy
+                del self.group_shapes[key]
+            removed.append(name)
+        if removed:
+            logger.info("removed %d garbage segments: %s", len(removed), ", ".join(removed))
+        return removed

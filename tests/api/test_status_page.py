@@ -1,0 +1,304 @@
+"""The ``/status`` page in a real headless Chromium (Debian's package, driven by Playwright),
+against a real ``crawlstream serve`` and a real ``crawlstream run`` of the synthetic web.
+
+Skipped only when no Chromium is installed and ``CI`` is not set (``make chromium`` installs
+it; ``make test`` depends on it); under CI a missing Chromium fails. A screenshot of the page
+is kept in ``test-artifacts/`` at the repository root (git-ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlstream.demoweb import DemoWeb
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
+_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+_CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/bin/chromium")
+
+
+def _chromium() -> str:
+    """The system Chromium's path, or skip (fail under CI) when there is none."""
+    for name in _CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    for path in _CHROMIUM_PATHS:
+        if os.access(path, os.X_OK):
+            return path
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail("no chromium binary found under CI: `make chromium` (apt-get install chromium) must run first")
+    pytest.skip("no chromium binary found: run `make chromium` (apt-get install chromium) to run the status page test")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        b = pw.chromium.launch(executable_path=executable, headless=True, args=args)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """A fast, polite crawl of the synthetic web (scaled-down delays, as tests/e2e)."""
+    return {
+        **os.environ,
+        "CRAWLSTREAM_DATA_DIR": str(data_dir),
+        "CRAWLSTREAM_LOG_LEVEL": "WARNING",
+        "CRAWLSTREAM_BUS_PARTITIONS": "4",
+        "CRAWLSTREAM_BUS_FSYNC": "never",
+        "CRAWLSTREAM_BUS_POLL_TIMEOUT_S": "0.1",
+        "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "100000",
+        "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": "0.05",
+        "CRAWLSTREAM_SCHEDULER_MAX_BACKOFF_S": "0.3",
+        "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1",
+        "CRAWLSTREAM_FETCH_TIMEOUT_S": "1",
+        "CRAWLSTREAM_FETCH_READ_TIMEOUT_S": "1",
+        "CRAWLSTREAM_FETCH_MAX_BODY_BYTES": str(256 * 1024),
+        "CRAWLSTREAM_FETCH_ROBOTS_ERROR_BACKOFF_S": "0.3",
+        "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
+        "CRAWLSTREAM_CRAWL_CHECK_INTERVAL_S": "0.2",
+        **extra,
+    }
+
+
+@contextmanager
+def _serve(env: dict[str, str]) -> Iterator[str]:
+    """``crawlstream serve`` on a free loopback port; yields its base URL; SIGTERM at the end.
+
+    The port is free when chosen but may be taken before the server binds it (other test
+    processes share the machine): a server that exits saying so is started again on another."""
+    for attempt in range(3):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "crawlstream", "serve"],
+            env={**env, "CRAWLSTREAM_API_PORT": str(port)},
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+        )
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while proc.poll() is None:
+            try:
+                with urllib.request.urlopen(base + "/status", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait(5)
+                    pytest.fail("crawlstream serve did not listen within 30 s")
+                time.sleep(0.1)
+        if proc.poll() is None:
+            break
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        if "cannot listen" not in err or attempt == 2:
+            pytest.fail(f"crawlstream serve exited {proc.returncode}: {err[-2000:]}")
+    try:
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _json_value(doc: dict[str, Any], field: str) -> Any:
+    """The value a ``data-field`` of the page names in a ``/v1/status`` answer."""
+    if field.startswith("services."):
+        group, key = field.removeprefix("services.").rsplit(".", 1)
+        return next(s[key] for s in doc["services"] if s["group"] == group)
+    if field.startswith("errors.by_kind."):
+        return doc["errors"]["by_kind"][field.removeprefix("errors.by_kind.")]
+    if field.startswith("errors.dlq."):
+        return doc["errors"]["dlq"][field.removeprefix("errors.dlq.")]
+    if field.startswith("top_domains."):
+        domain = field.removeprefix("top_domains.")
+        return next(d["pages"] for d in doc["top_domains"]["items"] if d["domain"] == domain)
+    value: Any = doc
+    for part in field.split("."):
+        value = None if value is None else value.get(part)
+    return value
+
+
+def _shown(page: Any) -> list[dict[str, str]]:
+    return list(
+        page.eval_on_selector_all(
+            "[data-field]",
+            "els => els.map(e => ({field: e.dataset.field, value: e.dataset.value ?? '', text: e.textContent}))",
+        )
+    )
+
+
+def _assert_page_shows(doc: dict[str, Any], shown: list[dict[str, str]]) -> None:
+    """Every number on the page is the answer's: its raw value exactly; counts also as text."""
+    assert shown
+    for el in shown:
+        expected = _json_value(doc, el["field"])
+        if expected is None:
+            assert (el["value"], el["text"]) == ("", "n/a"), el
+            continue
+        if isinstance(expected, float):  # JavaScript writes 2.0 as "2"
+            assert float(el["value"]) == expected, el
+            shown_text = el["text"].split()[0].rstrip("x")  # "8.2", "1.23x", "3 s ago": rounded as shown
+            decimals = len(shown_text.partition(".")[2])
+            assert float(shown_text) == pytest.approx(expected, abs=0.5 * 10**-decimals + 1e-9), el
+            continue
+        assert el["value"] == str(expected), el
+        if isinstance(expected, int) and not el["text"].endswith(("B", "s ago")):  # bytes, ages: formatted
+            assert el["text"] == str(expected), el
+
+
+def _next_render(page: Any) -> dict[str, Any]:
+    """The next ``/v1/status`` answer the page receives, once the page shows it."""
+    with page.expect_response(lambda r: r.url.endswith("/v1/status"), timeout=15_000) as info:
+        pass
+    doc: dict[str, Any] = info.value.json()
+    page.wait_for_function(
+        "at => document.body.dataset.generatedAt === at", arg=str(doc["generated_at_ms"]), timeout=5_000
+    )
+    return doc
+
+
+def _console_errors(page: Any) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+    return errors
+
+
+def test_status_page_shows_the_api_numbers_and_follows_a_running_crawl(browser: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = _env(data_dir)
+    small = {"huge_bytes": 262144, "bomb_bytes": 1 << 20, "sitemap_bomb_bytes": 1 << 20}  # the specials, cheaper
+    with DemoWeb(8, pages_per_domain=6, seed=4, crawl_delay_s=0.2, slow_s=2.0, **small) as web, _serve(env) as base:
+        resolve_map = tmp_path / "resolve.json"
+        resolve_map.write_text(json.dumps(web.resolve_map))
+        crawl = subprocess.Popen(
+            [sys.executable, "-m", "crawlstream", "run", "--seeds", *web.seed_urls()],  # runs until SIGTERM
+            env={**env, "CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE": str(resolve_map)},
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        page = browser.new_page(viewport={"width": 1200, "height": 1000})
+        errors = _console_errors(page)
+        try:
+            page.goto(base + "/status")
+            started = time.monotonic()
+            pages_seen: list[int | None] = []
+            deadline = started + 60
+            # Follow the running crawl until the page has shown two different page counts,
+            # then stop it (SIGTERM: a clean stop that saves its counts) and read it once more.
+            while len({n for n in pages_seen if n}) < 2:
+                assert time.monotonic() < deadline, f"the page never showed the crawl progress: {pages_seen}"
+                assert crawl.poll() is None, crawl.stderr.read().decode()[-3000:] if crawl.stderr else ""
+                doc = _next_render(page)
+                _assert_page_shows(doc, _shown(page))
+                pages_seen.append(doc["crawl"]["pages"])
+            crawl.send_signal(signal.SIGTERM)
+            out, err = crawl.communicate(timeout=60)
+            assert crawl.returncode == 0, err.decode()[-3000:]
+            summary = json.loads(out.decode().splitlines()[0])
+            print(f"crawl ran {time.monotonic() - started:.1f} s: {summary}")
+            final = _next_render(page)
+            _assert_page_shows(final, _shown(page))
+            ARTIFACTS.mkdir(exist_ok=True)
+            shot = ARTIFACTS / "status-page.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"status page screenshot: {shot}")
+        finally:
+            page.close()
+            if crawl.poll() is None:
+                crawl.kill()
+                crawl.wait(10)
+
+    assert errors == []
+    # After the stop the page shows what the crawl itself counted, and real parts of the pipeline.
+    assert summary["reason"] == "stopped"
+    seen = [n for n in pages_seen if n is not None]
+    assert seen == sorted(seen) and final["crawl"]["pages"] == summary["pages"] >= seen[-1]
+    assert final["crawl"]["results"] == summary["results"]
+    groups = {s["group"]: s for s in final["services"]}
+    assert {"crawlstream.fetcher", "crawlstream.deduper", "crawlstream.scheduler", "crawlstream.run-stats"} <= set(
+        groups
+    )
+    assert groups["crawlstream.run-stats"]["consumed"] == summary["results"]
+    top = final["top_domains"]
+    assert top["exact"] and sum(d["pages"] for d in top["items"]) <= summary["pages"]
+    assert top["items"][0]["pages"] == max(d["pages"] for d in top["items"])
+    assert final["crawl"]["stored"] and final["store"]["stored_bytes"] > 0
+
+
+def test_status_page_asks_for_a_token_when_reads_need_one_and_shows_na_for_missing_parts(
+    browser: Any, tmp_path: Path
+) -> None:
+    """An API with a tokens file: the page sends nothing before it has a token, then sends it
+    as a Bearer header; on an empty data dir every part is n/a, and nothing errors."""
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"reader-all": "*", "reader-one": [1]}))
+    env = _env(tmp_path / "empty", CRAWLSTREAM_API_TOKENS_FILE=str(tokens))
+    with _serve(env) as base:
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(base + "/v1/status", timeout=5)
+        assert anonymous.value.code == 401
+        context = browser.new_context()
+        page = context.new_page()
+        errors = _console_errors(page)
+        requests: list[dict[str, str]] = []
+        page.on("request", lambda r: requests.append(r.headers) if r.url.endswith("/v1/status") else None)
+        try:
+            page.goto(base + "/status")
+            page.wait_for_selector("#token-form:not([hidden])")
+            page.wait_for_timeout(500)
+            assert requests == []  # no request without a token: no 401 in the console
+            page.fill("#token", "reader-all")
+            with page.expect_response(lambda r: r.url.endswith("/v1/status")):
+                page.click("button[type=submit]")
+            doc = _next_render(page)
+            assert requests[0]["authorization"] == "Bearer reader-all"
+            _assert_page_shows(doc, _shown(page))
+            assert doc["crawl"]["pages"] is None and doc["store"] is None and doc["index"] is None
+            assert page.is_hidden("#token-form")
+            assert page.eval_on_selector_all("dd.na", "els => els.length") >= 10  # shown as n/a
+            # The token lives in this tab's sessionStorage: a reload polls without asking again.
+            page.reload()
+            _next_render(page)
+            assert page.is_hidden("#token-form")
+            assert errors == []
+            # A token that does not see every dataset is refused (403): the page asks again.
+            page.evaluate("sessionStorage.setItem('crawlstream.status.token', 'reader-one')")
+            page.reload()
+            page.wait_for_selector("#token-form:not([hidden])")
+            assert "every dataset" in page.inner_text("#token-message")
+        finally:
+            context.close()
