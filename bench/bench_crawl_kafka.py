@@ -56,7 +56,6 @@ from bench.bench_crawl import (
     _ratio,
     crawlstream_run_command,
     demo_web,
-    web_size,
     write_crawl_inputs,
 )
 from crawlstream.bus import KafkaBus
@@ -363,9 +362,9 @@ def distributed_crawl(
 
 
 def run(quick: bool) -> dict[str, Any]:
-    n_domains, pages_per_domain = web_size(quick)
+    n_domains, pages_per_domain = (200, 6) if quick else (1000, 8)  # crawled to the end: ~1 KB pages
     timeout_s = 240.0 if quick else 600.0
-    web = demo_web(n_domains, pages_per_domain)
+    web = demo_web(n_domains, pages_per_domain, page_bytes=None)
     with tempfile.TemporaryDirectory(prefix="bench-crawl-kafka-") as tmp, web:
         root = Path(tmp)
         seeds_file, resolve_map_file = write_crawl_inputs(web, root)

@@ -50,8 +50,49 @@ def _href(link: str, host: str, path: str, rng: random.Random, *, under_base: bo
     return local + "#frag"
 
 
-def render_html(page: Page, host: str, path: str, seed: int) -> tuple[bytes, str]:
-    """(body, content-type) of an HTML page."""
+_WORDS = tuple(
+    "the of and to in is was for on that with as by at from his an were are which this be has had "
+    "not have one their its new after but who they been more two first also other all she can year "
+    "city time during about some over only into most these many between state world national "
+    "university county school number while under known later part high government river history "
+    "music family film season album game team league station company series including population "
+    "since early three north south west east public group system use found second several where "
+    "river bridge market street garden library museum village harbour valley council railway".split()
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _paragraphs() -> tuple[str, ...]:
+    """A fixed pool of text paragraphs (400-1,200 bytes, a little inline markup) that padded
+    pages draw from: prose-like and compressible about as well as real article text."""
+    rng = random.Random("paragraphs")
+    pool = []
+    for _ in range(4096):
+        words = [rng.choice(_WORDS) for _ in range(rng.randrange(60, 190))]
+        for k in range(0, len(words), rng.randrange(9, 25)):
+            words[k] = words[k].capitalize()
+        i = rng.randrange(len(words))
+        words[i] = f"<b>{words[i]}</b>" if rng.random() < 0.5 else f"<em>{words[i]}</em>"
+        pool.append(f'<p class="t{rng.randrange(40)}">' + " ".join(words) + f" {rng.randrange(1900, 2030)}.</p>")
+    return tuple(pool)
+
+
+def _padding(rng: random.Random, size_range: tuple[int, int], have: int) -> str:
+    """Paragraphs from the pool until the page reaches a size drawn from ``size_range``."""
+    target = rng.randint(*size_range) - have
+    pool, parts, total = _paragraphs(), [], 0
+    while total < target:
+        para = pool[rng.randrange(len(pool))]
+        parts.append(para)
+        total += len(para) + 1
+    return "\n".join(parts)
+
+
+def render_html(
+    page: Page, host: str, path: str, seed: int, size_range: tuple[int, int] | None = None
+) -> tuple[bytes, str]:
+    """(body, content-type) of an HTML page; padded with text to a size in ``size_range``
+    when given (the benchmark web's 15-60 KB pages), else about 1 KB."""
     rng = random.Random(f"render:{seed}:{host}:{path}")
     k = int(path[3:]) if path.startswith("/p/") and path[3:].isdigit() else -1
     under_base = k >= 0 and k % 5 == 4
@@ -94,6 +135,9 @@ def render_html(page: Page, host: str, path: str, seed: int) -> tuple[bytes, str
     if areas:
         body.append('<map name="m">' + "".join(areas) + "</map>")
     body.append('<img src="/image-not-a-link.png" alt=""><script src="/app.js"></script>')
+    if size_range is not None:  # text between the links, as in articles
+        have = sum(map(len, head)) + sum(map(len, body))
+        body.insert(2, _padding(rng, size_range, have))
     html = (
         "<!DOCTYPE html>\n<html><head>" + "".join(head) + "</head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )

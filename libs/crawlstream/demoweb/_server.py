@@ -73,6 +73,7 @@ class DemoWeb:
         listen_host: str = "127.0.0.1",
         port: int = 0,
         changing_every: int = 0,
+        page_bytes: tuple[int, int] | None = None,
     ) -> None:
         self.model = WebModel(
             n_domains=n_domains,
@@ -84,6 +85,7 @@ class DemoWeb:
         )
         self._revisions: dict[tuple[str, str], int] = {}  # full responses served per changing page
         self.slow_s = slow_s
+        self.page_bytes = page_bytes  # (min, max) size of padded HTML pages; None = ~1 KB pages
         self.huge_bytes = huge_bytes
         self.bomb_bytes = bomb_bytes
         self.sitemap_bomb_bytes = sitemap_bomb_bytes
@@ -189,7 +191,7 @@ class DemoWeb:
 
     def _html(self, request: web.Request, page: Page, host: str, path: str) -> web.Response:
         """An HTML page with its validators; 304 when the request's validators still match."""
-        body, ctype = render_html(page, host, path, self.model.seed)
+        body, ctype = render_html(page, host, path, self.model.seed, self.page_bytes)
         changing = self.model.changes(host, path)
         revision = self._revisions.get((host, path), 0) if changing else 0
         if changing:
@@ -236,7 +238,7 @@ class DemoWeb:
         if page.kind == "bomb":
             body = await asyncio.get_running_loop().run_in_executor(None, gzip_bomb, self.bomb_bytes)
             return web.Response(body=body, headers={"Content-Type": "text/html", "Content-Encoding": "gzip"})
-        body, ctype = render_html(page, host, path, self.model.seed)
+        body, ctype = render_html(page, host, path, self.model.seed, self.page_bytes)
         return web.Response(body=body, headers=self._headers(page, ctype))
 
     @staticmethod
