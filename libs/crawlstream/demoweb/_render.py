@@ -50,15 +50,16 @@ def _href(link: str, host: str, path: str, rng: random.Random, *, under_base: bo
     return local + "#frag"
 
 
-_WORDS = tuple(
+_VOCABULARY = (
     "the of and to in is was for on that with as by at from his an were are which this be has had "
     "not have one their its new after but who they been more two first also other all she can year "
     "city time during about some over only into most these many between state world national "
     "university county school number while under known later part high government river history "
     "music family film season album game team league station company series including population "
     "since early three north south west east public group system use found second several where "
-    "river bridge market street garden library museum village harbour valley council railway".split()
+    "river bridge market street garden library museum village harbour valley council railway"
 )
+_WORDS = tuple(_VOCABULARY.split())
 
 
 @functools.lru_cache(maxsize=1)
