@@ -1,0 +1,91 @@
+"""Issue 13's first must-show, end to end: crawl the synthetic web (pages of 15-60 KB), run
+`crawlstream store maintain --now` (every tier age zero), then every stored page reads back
+byte-identical to what the web served — from the store and from `crawlstream export-warc`
+(checked with `warcio check`).
+
+The ratio half of that must-show is measured on real pages, not here: the store keeps 8.084x
+against one zstd-19 stream's 8.046x on the 957 real pages (tests/store/test_ratio_whole_set.py,
+slow) and loses by 0.7% on a 150-page sample (strict xfail in test_maintenance.py). The synthetic
+web is no corpus for it: its ~1 KB pages are too few bytes for a store's fixed costs (17.6x stream
+vs 6.0x store on 73 KB), and its padded pages are random words, whose repeats of word pairs far
+apart favour one long window (4.31x stream vs 4.07x in 1 MiB groups without a dictionary, 4.15x
+with one).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from e2e_support import crawl_env, crawl_settings
+from warcio.archiveiterator import ArchiveIterator
+
+from crawlstream.cli import main
+from crawlstream.cli._run import run_crawl
+from crawlstream.demoweb import DemoWeb
+from crawlstream.services._host import open_host
+from crawlstream.store import ContentStore
+
+SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor", "bucket-compressor")
+BIN = Path(sys.executable).parent
+
+
+def _served(web: DemoWeb, url: str) -> bytes:
+    """The body the web serves for ``url`` now (the pages do not change: ``changing_every=0``)."""
+    host, _, path = url.split("://", 1)[1].partition("/")
+    request = urllib.request.Request(f"http://127.0.0.1:{web.port}/{path}", headers={"Host": host})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read()
+
+
+@pytest.mark.timeout(300)
+def test_after_a_crawl_and_a_pass_with_ages_zero_every_page_reads_back_from_the_store_and_from_warc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    settings = crawl_settings(data_dir)
+    web = DemoWeb(8, pages_per_domain=12, seed=9, special_every=0, crawl_delay_s=0.05, page_bytes=(15_000, 60_000))
+    with web:
+        with open_host(settings) as host:
+            summary = run_crawl(
+                host, web.seed_urls(), services=SERVICES, exit_when_done=True, resolve_map=web.resolve_map
+            )
+        assert summary.reason == "drained"
+        with ContentStore.from_settings(settings) as store:
+            html = sorted(e.url for e in store.search() if e.status == 200 and "/p/" in e.url)
+            assert len(html) >= 80  # most of the web's 96 pages (robots keeps some out)
+            served = {url: _served(web, url) for url in html}
+
+    for name, value in crawl_env(data_dir).items():
+        monkeypatch.setenv(name, value)
+    assert main(["store", "maintain", "--now"]) == 0
+    capsys.readouterr()
+
+    with ContentStore.from_settings(settings) as store:
+        entries = {e.url: e for e in store.search()}
+        assert {e.location.tier for e in entries.values()} == {"archive"}
+        bodies = {url: store.get(url) for url in entries}
+        assert store.verify().ok
+        stats = store.stats()
+    assert all(bodies[url] == body for url, body in served.items())
+    on_disk = sum(p.stat().st_size for p in (data_dir / "store").rglob("*") if p.is_file())
+    assert stats.stored_bytes == on_disk and stats.raw_bytes == sum(map(len, bodies.values()))
+
+    out = tmp_path / "crawl.warc.gz"
+    assert main(["export-warc", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["out"] == str(out)  # one file: no --max-file-bytes
+    files = [out]
+    check = subprocess.run([str(BIN / "warcio"), "check", *map(str, files)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    exported: dict[str, bytes] = {}
+    for part in files:
+        with open(part, "rb") as fh:
+            for record in ArchiveIterator(fh):
+                if record.rec_type == "response":
+                    exported[record.rec_headers.get_header("WARC-Target-URI")] = record.content_stream().read()
+    assert exported == bodies
