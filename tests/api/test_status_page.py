@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from crawlstream.demoweb import DemoWeb
+from tests.e2e.e2e_support import crawl_env
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -68,26 +69,9 @@ def _free_port() -> int:
 
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """A fast, polite crawl of the synthetic web (scaled-down delays, as tests/e2e)."""
-    return {
-        **os.environ,
-        "CRAWLSTREAM_DATA_DIR": str(data_dir),
-        "CRAWLSTREAM_LOG_LEVEL": "WARNING",
-        "CRAWLSTREAM_BUS_PARTITIONS": "4",
-        "CRAWLSTREAM_BUS_FSYNC": "never",
-        "CRAWLSTREAM_BUS_POLL_TIMEOUT_S": "0.1",
-        "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "100000",
-        "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": "0.05",
-        "CRAWLSTREAM_SCHEDULER_MAX_BACKOFF_S": "0.3",
-        "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1",
-        "CRAWLSTREAM_FETCH_TIMEOUT_S": "1",
-        "CRAWLSTREAM_FETCH_READ_TIMEOUT_S": "1",
-        "CRAWLSTREAM_FETCH_MAX_BODY_BYTES": str(256 * 1024),
-        "CRAWLSTREAM_FETCH_ROBOTS_ERROR_BACKOFF_S": "0.3",
-        "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
-        "CRAWLSTREAM_CRAWL_CHECK_INTERVAL_S": "0.2",
-        **extra,
-    }
+    """A fast, polite crawl of the synthetic web (tests/e2e's settings), quiet on stderr."""
+    quiet = {"CRAWLSTREAM_LOG_LEVEL": "WARNING", "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1"}
+    return {**os.environ, **crawl_env(data_dir, **{**quiet, **extra})}
 
 
 @contextmanager

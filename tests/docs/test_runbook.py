@@ -32,6 +32,7 @@ from crawlstream.index import IndexReader
 from crawlstream.localkafka import LocalKafka
 from crawlstream.store import ContentStore, Entry
 from crawlstream.topics import ALL_TOPICS, dlq_topic
+from tests.e2e.e2e_support import crawl_env
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOK = REPO / "docs" / "RUNBOOK.md"
@@ -59,25 +60,10 @@ def _run_block(name: str, env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """tests/e2e's fast, polite crawl settings on the embedded bus (Kafka and Redis variables dropped)."""
     env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL")}
-    return {
-        **env,
-        "CRAWLSTREAM_DATA_DIR": str(data_dir),
-        "CRAWLSTREAM_LOG_LEVEL": "WARNING",
-        "CRAWLSTREAM_BUS_PARTITIONS": "4",
-        "CRAWLSTREAM_BUS_FSYNC": "never",
-        "CRAWLSTREAM_BUS_POLL_TIMEOUT_S": "0.1",
-        "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "100000",
-        "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": "0.05",
-        "CRAWLSTREAM_SCHEDULER_MAX_BACKOFF_S": "0.3",
-        "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1",
-        "CRAWLSTREAM_FETCH_TIMEOUT_S": "1",
-        "CRAWLSTREAM_FETCH_READ_TIMEOUT_S": "1",
-        "CRAWLSTREAM_FETCH_ROBOTS_ERROR_BACKOFF_S": "0.3",
-        "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
-        "CRAWLSTREAM_CRAWL_CHECK_INTERVAL_S": "0.2",
-        **extra,
-    }
+    quiet = {"CRAWLSTREAM_LOG_LEVEL": "WARNING", "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1"}
+    return {**env, **crawl_env(data_dir, **{**quiet, **extra})}
 
 
 def test_every_crawlstream_command_of_the_runbook_is_in_a_tested_block() -> None:

@@ -48,6 +48,7 @@ from crawlstream.services._host import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 from crawlstream.urls import registered_domain_or_host
+from tests.e2e.e2e_support import crawl_env
 
 ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
 _FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
@@ -58,27 +59,14 @@ GROUPS = {name: __import__(package_for(name) + ".main", fromlist=["GROUP"]).GROU
 
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "CRAWLSTREAM_DATA_DIR": str(data_dir),
-        "CRAWLSTREAM_BUS_PARTITIONS": "4",
-        "CRAWLSTREAM_BUS_FSYNC": "never",
-        "CRAWLSTREAM_BUS_POLL_TIMEOUT_S": "0.1",
-        "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "100000",
-        "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": "0.05",
-        "CRAWLSTREAM_SCHEDULER_MAX_BACKOFF_S": "0.3",
-        "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1",
-        "CRAWLSTREAM_SCHEDULER_RESPONSE_TIME_FACTOR": "0.5",
-        "CRAWLSTREAM_FETCH_TIMEOUT_S": "1.0",
-        "CRAWLSTREAM_FETCH_READ_TIMEOUT_S": "1.0",
-        "CRAWLSTREAM_FETCH_MAX_BODY_BYTES": str(256 * 1024),
-        "CRAWLSTREAM_FETCH_ROBOTS_ERROR_BACKOFF_S": "0.3",
-        "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
-        "CRAWLSTREAM_CRAWL_SITEMAP_MAX_BYTES": str(1024 * 1024),
-        "CRAWLSTREAM_METRICS_LAG_INTERVAL_S": "0.1",
-        "CRAWLSTREAM_METRICS_STORE_INTERVAL_S": "0",
-    }
-    env.update(extra)
-    return env
+    """tests/e2e's fast, polite crawl, with lag sampled often and store sizes on every scrape."""
+    return crawl_env(
+        data_dir,
+        CRAWLSTREAM_SCHEDULER_MAX_RETRIES="1",
+        CRAWLSTREAM_METRICS_LAG_INTERVAL_S="0.1",
+        CRAWLSTREAM_METRICS_STORE_INTERVAL_S="0",
+        **extra,
+    )
 
 
 def _web() -> DemoWeb:
