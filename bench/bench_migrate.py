@@ -8,9 +8,13 @@ them already visited) and a tenth ``domain_metadata`` (a quarter with a robots.t
 twentieth excluded). The migration runs as its own process (``crawlstream migrate postgres``,
 embedded mode, publishing to ``urls.records`` as by default), so its wall time, CPU time and
 peak RSS are its own; it is then run again (the finished no-op) and with ``--restart`` (every
-row read again, nothing new). ``rows_per_cpu_s`` is the one-core rate (goal: 50,000).
+row read again, nothing new). ``rows_per_cpu_s`` is the one-core rate of the whole process
+(goal: 50,000), start-up included; ``marginal`` is the rate past the costs every run pays
+whatever its size (start-up, opening the stores: ``fixed_cpu_s``), from a second database with
+a tenth of the rows (same generator): the extra CPU per extra row (meaningful from 100,000
+rows: below that, the 256 lake files per checkpoint and start-up noise dominate both runs).
 
-``python -m bench migrate [--quick]``
+``python -m bench migrate [--quick]``; ``CRAWLSTREAM_BENCH_MIGRATE_ROWS=N`` loads N rows instead.
 
 Baseline in the same run: with ``CRAWLSTREAM_BENCH_BASELINE=DIR`` (a directory holding an older
 ``crawlstream`` package, e.g. ``git archive <ref> libs services schemas`` unpacked, with
@@ -80,11 +84,18 @@ def _load(dsn: str, n_rows: int, content_root: Path) -> dict[str, int]:
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
         cur.execute(SEED_SCHEMA_SQL)
         for table, cols, rows in (
-            ("visited_urls", "url, url_sha256, crawled_timestamp, http_status_code, content_storage_path, "
-                             "redirected_to_url", visited),
+            (
+                "visited_urls",
+                "url, url_sha256, crawled_timestamp, http_status_code, content_storage_path, redirected_to_url",
+                visited,
+            ),
             ("frontier", "url, domain, depth, priority, added_timestamp", frontier),
-            ("domain_metadata", "domain, robots_txt_content, robots_txt_expires_timestamp, is_manually_excluded, "
-                                "last_scheduled_fetch_timestamp", meta),
+            (
+                "domain_metadata",
+                "domain, robots_txt_content, robots_txt_expires_timestamp, is_manually_excluded, "
+                "last_scheduled_fetch_timestamp",
+                meta,
+            ),
         ):
             with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
                 for row in rows:
@@ -95,7 +106,11 @@ def _load(dsn: str, n_rows: int, content_root: Path) -> dict[str, int]:
 
 
 def _migrate(
-    dsn: str, data_dir: Path, content_root: Path, *extra: str, code: Path | None = None,
+    dsn: str,
+    data_dir: Path,
+    content_root: Path,
+    *extra: str,
+    code: Path | None = None,
     settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One ``crawlstream migrate postgres`` process: its report, wall and CPU seconds, peak RSS.
@@ -104,17 +119,36 @@ def _migrate(
     ``settings``: extra ``CRAWLSTREAM_*`` variables.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CRAWLSTREAM_", "KAFKA_", "REDIS_URL"))}
-    env.update({"CRAWLSTREAM_DATA_DIR": str(data_dir), "CRAWLSTREAM_BUS_PARTITIONS": "16",
-                "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "10000000", "CRAWLSTREAM_LOG_LEVEL": "WARNING",
-                **(settings or {})})
+    env.update(
+        {
+            "CRAWLSTREAM_DATA_DIR": str(data_dir),
+            "CRAWLSTREAM_BUS_PARTITIONS": "16",
+            "CRAWLSTREAM_DEDUPE_EXPECTED_URLS": "10000000",
+            "CRAWLSTREAM_LOG_LEVEL": "WARNING",
+            **(settings or {}),
+        }
+    )
     if code is not None:
         env["PYTHONPATH"] = str(code)
     started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "crawlstream", "migrate", "postgres", "--dsn", dsn,
-             "--content-root", str(content_root), *extra],
-            env=env, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "crawlstream",
+                "migrate",
+                "postgres",
+                "--dsn",
+                dsn,
+                "--content-root",
+                str(content_root),
+                *extra,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=REPO,
         )
         assert proc.stdout is not None
         stdout = proc.stdout.read().decode()
@@ -153,18 +187,41 @@ def _baseline_code() -> Path | None:
     return code
 
 
+def _database(pg: LocalPostgres, name: str) -> str:
+    import psycopg
+
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return pg.dsn_for(name)
+
+
+def _marginal(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
+    """The one-core rate past what a run costs whatever its size (start-up, opening the stores):
+    the extra CPU of ``big`` over ``small`` per extra row."""
+    extra_rows, extra_cpu = big["rows"] - small["rows"], big["cpu_s"] - small["cpu_s"]
+    return {
+        "cpu_us_per_row": round(1e6 * extra_cpu / extra_rows, 1) if extra_rows > 0 else None,
+        "rows_per_cpu_s": round(extra_rows / extra_cpu) if extra_cpu > 0 else None,
+        "fixed_cpu_s": round(small["cpu_s"] - small["rows"] * extra_cpu / extra_rows, 2) if extra_rows > 0 else None,
+    }
+
+
 def run(quick: bool) -> dict[str, Any]:
-    n_rows = 10_000 if quick else 100_000
+    n_rows = int(os.environ.get("CRAWLSTREAM_BENCH_MIGRATE_ROWS") or (10_000 if quick else 100_000))
     baseline_code = _baseline_code()
     with tempfile.TemporaryDirectory(prefix="bench-migrate-") as tmp, LocalPostgres() as pg:
         root = Path(tmp)
         loaded = _load(pg.dsn, n_rows, root / "content")
+        small_dsn = _database(pg, "small")  # a tenth of the rows: the marginal rate, past fixed costs
+        _load(small_dsn, max(1000, n_rows // 10), root / "content-small")
         result: dict[str, Any] = {"rows_loaded": loaded}
         if baseline_code is not None:
             # Interleaved, best CPU of two each: the machine's load changes between runs.
             pairs = [
-                (_migrate(pg.dsn, root / f"base{i}", root / "content", code=baseline_code),
-                 _migrate(pg.dsn, root / f"new{i}", root / "content"))
+                (
+                    _migrate(pg.dsn, root / f"base{i}", root / "content", code=baseline_code),
+                    _migrate(pg.dsn, root / f"new{i}", root / "content"),
+                )
                 for i in range(2)
             ]
             base = min((b for b, _ in pairs), key=lambda r: r["cpu_s"])
@@ -173,10 +230,21 @@ def run(quick: bool) -> dict[str, Any]:
             result["baseline_code"] = str(baseline_code)
             result["first_run_vs_baseline_cpu"] = round(base["cpu_s"] / new["cpu_s"], 2)
             result["cpu_s_pairs"] = [(b["cpu_s"], n["cpu_s"]) for b, n in pairs]
+            base_small = _migrate(small_dsn, root / "base-small", root / "content-small", code=baseline_code)
+            result["baseline_marginal"] = _marginal(base_small, base)
         first = _migrate(pg.dsn, root / "data", root / "content")
         again = _migrate(pg.dsn, root / "data", root / "content")
         restart = _migrate(pg.dsn, root / "data", root / "content", "--restart", "--no-publish")
         no_publish = _migrate(pg.dsn, root / "data2", root / "content", "--no-publish")
-        result.update({"first_run": first, "second_run": again, "restart": restart,
-                       "first_run_no_publish": no_publish})
+        small = _migrate(small_dsn, root / "small", root / "content-small")
+        result.update(
+            {
+                "first_run": first,
+                "second_run": again,
+                "restart": restart,
+                "first_run_no_publish": no_publish,
+                "first_run_small": small,
+                "marginal": _marginal(small, first),
+            }
+        )
         return result

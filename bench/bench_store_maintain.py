@@ -13,6 +13,11 @@ RSS growth of the child during the pass (after the puts). ``stream_ratio``: one 
 stream of the same pages, the ratio goal of issue 13. Reads (always on the 150-page sample): single-page reads in
 random order (CPU time of the reading thread, warm) after putting (hot) and after moving the
 same store to warm, then cold, then archive.
+
+``--retrain`` (ADR 021 "Retraining"): one domain of real pages that drifts (a shop's product
+pages, then articles of many sites) — the ratio with its first dictionary, then after one
+pass with the default retraining rules (retrain, recompress, drop), its peak memory by kind
+of step, and a store that had every page from the start.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import random
 import resource
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -157,5 +163,131 @@ def run(quick: bool) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ retraining (ADR 021 "Retraining")
+
+SHOP = "www.shopdrift.com"
+DRIFT_ARTICLES = 250
+
+
+def _drifted_set() -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """(first, later) pages of one domain: a shop's 130 first product pages (real, booksamillion.com);
+    later its other 130 products, then 250 real articles of many news and blog sites: the site drifts."""
+    pages = _pages(False)
+    products = [b for u, b in pages if "booksamillion.com" in u]
+    articles = [b for u, b in pages if "booksamillion.com" not in u and len(b) < 400_000][:DRIFT_ARTICLES]
+    books = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products)]
+    news = [(f"https://{SHOP}/news/{i}", b) for i, b in enumerate(articles)]
+    return books[:130], books[130:] + news
+
+
+def _retrain_before(
+    root: Path, first: list[tuple[str, bytes]], later: list[tuple[str, bytes]]
+) -> Callable[[], dict[str, Any]]:
+    """Build the drifted store with retraining off: the first dictionary serves every later page."""
+
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore
+
+        with ContentStore(root, dict_retrain_growth=0, dict_retrain_drift=0) as store:
+            for url, body in first:
+                store.put(url, body, fetched_at_ms=0)
+            store.maintain(ages_zero=True)
+            for url, body in later:
+                store.put(url, body, fetched_at_ms=0)
+            store.maintain(ages_zero=True)
+            st = store.stats()
+            return {
+                "ratio": round(st.ratio, 3),
+                "stored_bytes": st.stored_bytes,
+                "dict_bytes": st.dict_bytes,
+                "dictionaries": st.dictionary_versions,
+            }
+
+    return run
+
+
+def _retrain_after(root: Path, pages: dict[str, bytes]) -> Callable[[], dict[str, Any]]:
+    """Reopen it with the default rules: one pass retrains, recompresses, drops; peak memory per step kind."""
+
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore
+
+        with ContentStore(root) as store:
+            rss_before = _rss_mb()
+            max_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            steps: list[tuple[str, float, float]] = []
+            t = time.perf_counter()
+
+            def step(report: Any) -> None:
+                steps.append(
+                    (report.kind, time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+                )
+
+            report = store.maintain(ages_zero=True, progress=step)
+            elapsed = time.perf_counter() - t
+            probes = {k: vars(v) for k, v in store._tiering.retrainer.last_probe.items()}
+            st = store.stats()
+            wrong = sum(1 for url, body in pages.items() if store.get(url) != body)
+        peaks: dict[str, float] = {}
+        starts = [t] + [s[1] for s in steps]
+        for (kind, end, maxrss), start in zip(steps, starts, strict=False):
+            peaks[kind] = max(peaks.get(kind, 0.0), round(maxrss - rss_before, 1))
+            peaks[f"{kind}_s"] = max(peaks.get(f"{kind}_s", 0.0), round(end - start, 1))
+        return {
+            "pass_s": round(elapsed, 1),
+            "steps": [s[0] for s in steps],
+            "retrained": report.retrained,
+            "dictionaries_dropped": report.dictionaries_dropped,
+            "probes": probes,
+            # peak RSS growth (MB) over the RSS the pass started with, by the kind of step that reached it
+            # (ru_maxrss only grows: a later kind's figure includes the earlier kinds' peak)
+            "peak_rss_growth_by_step_mb": peaks,
+            "rss_before_mb": round(rss_before, 1),
+            "maxrss_before_mb": round(max_before, 1),
+            "ratio": round(st.ratio, 3),
+            "stored_bytes": st.stored_bytes,
+            "dict_bytes": st.dict_bytes,
+            "dictionaries": st.dictionary_versions,
+            "pages_not_identical": wrong,
+        }
+
+    return run
+
+
+def _fresh(pages: list[tuple[str, bytes]]) -> Callable[[], dict[str, Any]]:
+    """Reference: every page there from the start, one dictionary trained on all of them."""
+
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore
+
+        with tempfile.TemporaryDirectory() as tmp, ContentStore(Path(tmp)) as store:
+            for url, body in pages:
+                store.put(url, body, fetched_at_ms=0)
+            store.maintain(ages_zero=True)
+            st = store.stats()
+            return {"ratio": round(st.ratio, 3), "stored_bytes": st.stored_bytes}
+
+    return run
+
+
+def run_retrain(quick: bool) -> dict[str, Any]:
+    """The drifted set at production levels: ratio before and after retraining, and the pass's peak memory."""
+    first, later = _drifted_set()
+    pages = dict(first + later)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        before = _in_child(_retrain_before(root, first, later))
+        after = _in_child(_retrain_after(root, pages))
+    return {
+        "pages": len(pages),
+        "raw_bytes": sum(map(len, pages.values())),
+        "first_pages": len(first),
+        "before_retraining": before,
+        "after_retraining": after,
+        "all_pages_from_the_start": _in_child(_fresh(first + later)),
+        "stream_ratio": _in_child(lambda: {"ratio": _stream_ratio(first + later)})["ratio"],
+    }
+
+
 if __name__ == "__main__":
-    main(run)
+    main(run_retrain if "--retrain" in sys.argv[1:] else run)

@@ -135,6 +135,8 @@ class CompressHandler(EventHandler):
             status=event.status,
             fetched_at_ms=event.fetched_at_ms,
             tags=tags,
+            response_head=event.response_head,  # kept for WARC export (ADR 022); None from older fetchers
+            ip_address=event.ip_address,
         )
         entry = self._store.entry(event.url)
         assert entry is not None, "a put entry is readable at once"

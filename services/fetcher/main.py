@@ -35,7 +35,7 @@ from crawlstream.logs import log_fields
 from crawlstream.metrics import FetchMetrics, per_registry
 from crawlstream.politeness import ExcludedDomains, RedisIpGate, ReplayFence
 from crawlstream.robots import ImportedRobots, ImportedRobotsTxt
-from crawlstream.runtime import EventHandler, LoopService
+from crawlstream.runtime import EventHandler, LoopService, new_event_loop
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
@@ -74,6 +74,8 @@ def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandar
         crawl_delay_s=outcome.crawl_delay_s,
         robots_sitemaps=list(outcome.robots_sitemaps) if outcome.robots_sitemaps is not None else None,
         content_hash=outcome.content_hash or None,
+        response_head=outcome.response_head or None,
+        ip_address=outcome.ip_address or None,
     )
 
 
@@ -94,6 +96,7 @@ class FetchHandler(EventHandler):
         fence: ReplayFence | None = None,
         excluded: ExcludedDomains | None = None,
         metrics: FetchMetrics | None = None,
+        event_loop: str = "auto",
     ) -> None:
         self._fetcher = fetcher
         self._metrics = metrics
@@ -107,7 +110,7 @@ class FetchHandler(EventHandler):
         self._done: queue.SimpleQueue[_Started] = queue.SimpleQueue()
         self._started: dict[TopicPartition, dict[int, _Started]] = {}  # not yet sent, by offset
         self._count = 0
-        self._aio = asyncio.new_event_loop()
+        self._aio = new_event_loop(event_loop)  # uvloop unless settings.event_loop says otherwise
         self._aio_thread = threading.Thread(target=self._aio.run_forever, name="fetcher-aio", daemon=True)
         self._aio_thread.start()
         self.fetched = 0
@@ -327,6 +330,7 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         fence=replay_fence(host, out),
         excluded=excluded_domains(host),
         metrics=per_registry(FetchMetrics, host.registry),
+        event_loop=settings.event_loop,
     )
     loop = host.service_loop(
         "fetcher",

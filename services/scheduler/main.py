@@ -5,7 +5,9 @@ count, so the member owning partition p of one owns p of the other (range assign
 with it those domains' frontier files and Redis state. After every batch (and every poll
 timeout) it asks ``crawlstream.politeness.Scheduler`` which domains are due and emits one
 request for each. A revisit's request carries the page's previous validators (ADR 022); URLs
-sent by ``crawlstream refetch`` (source ``refetch``) are fetched unconditionally.
+sent by ``crawlstream refetch`` (source ``refetch``) are fetched unconditionally. A URL with a
+``priority`` above 0 waits in its domain's priority lane, fetched before the domain's other URLs
+(ADR 016).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import redis
 
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
-from crawlstream.frontier import FrontierEntry
+from crawlstream.frontier import FrontierEntry, lane_priority
 from crawlstream.metrics import PolitenessMetrics, per_registry
 from crawlstream.politeness import EXCLUDED_ERROR, REFETCH_SOURCE, FetchOutcome, Scheduler, Validators
 from crawlstream.runtime import EventHandler, LoopService
@@ -107,6 +109,7 @@ class ScheduleHandler(EventHandler):
                 url_key=event.url_key,
                 depth=event.depth,
                 discovered_at_ms=event.discovered_at_ms,
+                priority=lane_priority(event.priority),
             )
             into = self._forced if event.source == REFETCH_SOURCE else self._incoming
             into.setdefault(message.partition, []).append(entry)

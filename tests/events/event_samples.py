@@ -66,6 +66,8 @@ def sample_events() -> dict[str, object]:
             truncated=False,
             dataset_id=3,
             content_hash="1e" * 16,
+            response_head=b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Type: text/html; charset=utf-8\r\n",
+            ip_address="2001:db8::1",
         ),
         topics.CONTENT_STORED: ContentStored(
             url="https://www.example.com/a",

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from crawlstream.cli._migrate import migrate_postgres
-from crawlstream.frontier import HEADER_SIZE, decode_records
+from crawlstream.frontier import HEADER_SIZE, LANE_SUFFIX, decode_records
 from crawlstream.lake import lake_urls
 from crawlstream.migrate import MigrationReport
 from crawlstream.redisconn import open_redis
@@ -58,13 +58,17 @@ def run_migration(
 
 
 def frontier_files(data_dir: Path) -> dict[str, list[tuple[str, int, int]]]:
-    """Every frontier file's records: domain -> [(url, depth, discovered_at_ms)] in file order."""
+    """Every frontier file's records: domain -> [(url, depth, discovered_at_ms)] in fetch order
+    (the priority lane ``<domain>~lane`` first, then the file)."""
     out: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
     for path in sorted((data_dir / "frontier").glob("*/*/*")):
-        if "~" in path.name:
+        lane = path.name.endswith(LANE_SUFFIX)
+        if "~" in path.name and not lane:
             continue
-        entries, _ = decode_records(path.read_bytes()[HEADER_SIZE:], path.name)
-        out[path.name].extend((e.url, e.depth, e.discovered_at_ms) for e, _ in entries)
+        domain = path.name.removesuffix(LANE_SUFFIX)
+        entries, _ = decode_records(path.read_bytes()[HEADER_SIZE:], domain, lane=lane)
+        records = [(e.url, e.depth, e.discovered_at_ms) for e, _ in entries]
+        out[domain] = records + out[domain] if lane else out[domain] + records
     return dict(out)
 
 

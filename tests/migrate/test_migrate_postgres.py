@@ -24,13 +24,16 @@ from pg_support import HOSTILE_URLS, SeedCrawl, create_database, load_seed_crawl
 
 from crawlstream.dedupe import Deduper
 from crawlstream.errors import ConfigError, InvalidUrl
+from crawlstream.events import EventCodec, UrlRecord
 from crawlstream.localpg import LocalPostgres
 from crawlstream.migrate import MigrationReport
 from crawlstream.politeness import Controls, Scheduler
 from crawlstream.redisconn import open_redis
 from crawlstream.robots import MAX_ROBOTS_BYTES, ImportedRobots
+from crawlstream.services._host import open_host
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore
+from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 from crawlstream.urls import canonicalize, partition_for, url_key
 
 N_ROWS = 6000
@@ -155,6 +158,35 @@ def test_visited_urls_are_a_lake_dataset_with_status_and_time(migrated: Migrated
         assert lake[url] in candidates, url  # a URL visited twice keeps one of its visits
 
 
+def test_each_visited_row_is_published_to_urls_records_as_in_the_lake(migrated: Migrated) -> None:
+    """Every valid visited row (duplicates too) is one ``urls.records`` message marked as in the
+    lake, with the row's time and ``{"status": "N"}``: what a replay rebuilds the dataset from."""
+    rows = source_rows(migrated.dsn, "SELECT url, crawled_timestamp, http_status_code FROM visited_urls")
+    expected: Counter[tuple[str, int | None, tuple[tuple[str, str], ...]]] = Counter()
+    for url, crawled, status in rows:
+        canon = canonical_or_none(url)
+        if canon is not None:
+            ts = crawled * 1000 if crawled is not None and crawled >= 0 else None
+            fields = (("status", str(status)),) if status is not None and 0 <= status <= 999 else ()
+            expected[(canon, ts, fields)] += 1
+    codec = EventCodec.from_settings(migrated.settings)
+    with open_host(migrated.settings) as host:
+        consumer = host.bus.consumer("test-visited-records")
+        consumer.subscribe([URLS_RECORDS])
+        published: Counter[tuple[str, int | None, tuple[tuple[str, str], ...]]] = Counter()
+        while batch := consumer.consume(5000, 0.5):
+            for message in batch:
+                record = codec.decode(message.value)
+                assert isinstance(record, UrlRecord) and dict(message.headers)[IN_LAKE_HEADER] == b"1"
+                assert message.key == record.domain.encode() and record.domain == canonicalize(record.url).domain
+                if record.dataset_id == DATASET:
+                    published[(record.url, record.ts_ms, tuple(sorted(record.extras.items())))] += 1
+        consumer.close()
+    assert published == expected
+    outcomes = migrated.report.tables["visited_urls"].outcomes
+    assert sum(published.values()) == outcomes["migrated"] + outcomes["duplicate"]
+
+
 def test_stored_bodies_are_imported_and_missing_or_escaping_paths_counted(migrated: Migrated) -> None:
     rows = source_rows(
         migrated.dsn, "SELECT url, content_storage_path FROM visited_urls WHERE content_storage_path IS NOT NULL"
@@ -267,8 +299,9 @@ def test_a_crash_mid_frontier_resumes_to_the_same_state_as_one_run(
     assert state(settings.data_dir) == state(migrated.settings.data_dir)
 
 
-def test_a_resume_refuses_a_table_rewritten_since_the_checkpoint(database: str, shared_data: Path,
-                                                                  tmp_path: Path) -> None:
+def test_a_resume_refuses_a_table_rewritten_since_the_checkpoint(
+    database: str, shared_data: Path, tmp_path: Path
+) -> None:
     load_seed_crawl(database, shared_data, tmp_path / "content", 2000)
     settings = migrate_settings(tmp_path / "data")
     with pytest.raises(Crash):

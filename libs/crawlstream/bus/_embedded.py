@@ -740,9 +740,11 @@ class _EmbeddedConsumer(Consumer):
             tp = owned[(self._rr + i) % n]
             buffer = self._buffers.get(tp)
             if not buffer:
-                buffer = []
                 log = self._bus._topics[tp.topic].logs[tp.partition]
                 cursor = self._cursors[tp]
+                if log.surely_empty_from(cursor.offset):
+                    continue
+                buffer = []
                 try:
                     log.fetch(cursor, max(_PREFETCH_RECORDS, max_messages), _FETCH_BYTES, buffer)
                 except ChecksumMismatch as exc:

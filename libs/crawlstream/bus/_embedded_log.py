@@ -638,6 +638,15 @@ class PartitionLog:
     def start_offset(self) -> int:
         return self.segments[0].base_offset
 
+    def surely_empty_from(self, offset: int) -> bool:
+        """True when this process knows there is no record at ``offset`` or later, read without
+        the lock: an idle poll of a consumer owning many partitions skips them at the cost of
+        one comparison each. False when unsure (shared mode: another process may have appended;
+        closed): the caller then ``fetch``-es as usual. A stale read only answers True for data
+        published after the caller's wake-up check, which wakes it again."""
+        segments = self.segments
+        return not self.shared and bool(segments) and offset >= segments[-1].next_offset
+
     def append(self, records: Sequence[PendingRecord]) -> int:
         """Append ``records`` in one ``write``; returns the offset of the first. Takes the lock
         (and, shared, the append lock of every process: see the module docstring)."""

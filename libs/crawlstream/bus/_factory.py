@@ -6,7 +6,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from crawlstream.bus._base import Bus
-from crawlstream.bus._kafka import KafkaBus
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
@@ -26,6 +25,9 @@ def open_bus(
     ``close()`` it (after its producers and consumers).
     """
     if settings.kafka_bootstrap_servers:
+        # Imported here: an embedded-log process never pays for confluent-kafka's import.
+        from crawlstream.bus._kafka import KafkaBus
+
         logger.info("bus: Kafka at %s", settings.kafka_bootstrap_servers)
         return KafkaBus.from_settings(settings)
     # Imported here so a Kafka deployment never touches the embedded log's module.

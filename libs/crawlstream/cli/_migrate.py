@@ -152,11 +152,11 @@ def migrate_postgres(
         client = handle.client
         host = stack.enter_context(open_host(settings))
         events = host.event_producer()
-        publish = published = None
+        publish = published = publish_visited = None
         if not args.no_publish:
             # Precompiled UrlRecord values (ADR 017: ~5x cheaper than EventProducer.send per row).
             publisher = RecordPublisher(events, host.codec, [(IN_LAKE_HEADER, b"1")])
-            publish, published = publisher, publisher.flush
+            publish, published, publish_visited = publisher, publisher.flush, publisher.visited
         migrator = PostgresMigrator(
             source,
             state_dir=state_dir,
@@ -174,6 +174,7 @@ def migrate_postgres(
             open_store=lambda: ContentStore.from_settings(settings),
             publish=publish,
             published=published,
+            publish_visited=publish_visited,
             max_body_bytes=settings.fetch.max_body_bytes,
             checkpoint_rows=args.checkpoint_rows,
             checkpoint_interval_s=args.checkpoint_interval_s,

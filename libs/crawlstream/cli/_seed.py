@@ -5,7 +5,9 @@ How a distributed crawl starts (services running as processes against
 through dedupe like any discovered URL, so seeding a URL twice crawls it once. Inputs are
 URLs, files of one URL per line (gzip detected by content) and ``-`` for stdin, streamed
 (millions of lines in bounded memory); progress goes to stderr, and one JSON line of counts
-by outcome (invalid lines by reason) to stdout.
+by outcome (invalid lines by reason) to stdout. ``--priority N`` marks every seed as fetched
+before its domain's other URLs (and its domain before domains without such URLs), a line
+``URL N`` marks one; higher first, 0 = normal (ADR 016).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from crawlstream.bus import EmbeddedBus
 from crawlstream.crawl import SeedIntake, SeedProgress, open_seed_sources
 from crawlstream.errors import ConfigError
+from crawlstream.frontier import MAX_PRIORITY
 from crawlstream.services._host import open_host
 from crawlstream.settings import Settings
 
@@ -30,7 +33,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="send seed URLs to urls.discovered (Kafka when KAFKA_BOOTSTRAP_SERVERS is set, else the embedded log)",
         description="Stream seed URLs onto urls.discovered: URL arguments, files of one URL per line "
         "(plain or gzip) and '-' for stdin. Blank lines and '#' comments are skipped; invalid lines are "
-        "counted by reason, not fatal. Progress on stderr; a JSON line of counts on stdout.",
+        "counted by reason, not fatal. A line 'URL N' (whitespace, then an integer) gives that URL priority "
+        "N, overriding --priority. Progress on stderr; a JSON line of counts on stdout.",
     )
     p.add_argument("inputs", nargs="*", metavar="FILE_OR_URL", help="seed files (gzip allowed), URLs, or - for stdin")
     p.add_argument(
@@ -41,8 +45,26 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         metavar="FILE_OR_URL",
         help="the same as the positional inputs (repeatable)",
     )
+    p.add_argument(
+        "--priority",
+        type=_priority,
+        default=None,
+        metavar="N",
+        help="scheduling priority of every seed, 0..2147483647, higher first (default 0 = normal): a "
+        "domain fetches its prioritised URLs before the others, within its politeness delay",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
     p.set_defaults(func=run)
+
+
+def _priority(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer 0..{MAX_PRIORITY}, found {text!r}") from None
+    if not 0 <= value <= MAX_PRIORITY:
+        raise argparse.ArgumentTypeError(f"expected an integer 0..{MAX_PRIORITY} (0 = normal), found {value}")
+    return value
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -59,7 +81,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         # The embedded producer holds what it is given until flush: flush every 50k. Kafka's
         # bounds its own queue, and a flush there waits for the broker: only at the end.
         flush_every = 50_000 if isinstance(host.bus, EmbeddedBus) else 0
-        intake = SeedIntake(host.event_producer(), host.codec, settings.crawl.dataset_id, flush_every=flush_every)
+        intake = SeedIntake(
+            host.event_producer(),
+            host.codec,
+            settings.crawl.dataset_id,
+            flush_every=flush_every,
+            priority=getattr(args, "priority", None),
+        )
         report = intake.run(sources, progress)
     sys.stdout.write(json.dumps(report.to_json()) + "\n")
     if not report.sent and not report.duplicate:

@@ -19,6 +19,7 @@ from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
 from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, eta_seconds
 from crawlstream.crawl._stats import CrawlStats
 from crawlstream.crawl._summary import CrawlSummary, summarize
+from crawlstream.runtime import startup_objects_frozen
 from crawlstream.topics import FETCH_REQUESTS, URLS_FRONTIER
 
 __all__ = ["CrawlRunner", "Drainable", "Runnable", "ServiceSpec"]
@@ -134,17 +135,19 @@ class CrawlRunner:
             for built in threads:
                 built.service.close()
             raise
-        for t in threads:
-            t.thread.start()
-        logger.info("crawl running: %s", ", ".join(t.name for t in threads))
         reason = "stopped"
-        try:
-            reason = self._watch(threads, start_stats, started)
-        finally:
-            self._stop.set()
-            self._stop_threads([t for t in threads if not t.last], drain=False)
-            self._stop_threads([t for t in threads if t.last], drain=True)
-            self._reporter.close()
+        # Built: what start-up made lives to the end, so collections skip it (ADR 009).
+        with startup_objects_frozen():
+            for t in threads:
+                t.thread.start()
+            logger.info("crawl running: %s", ", ".join(t.name for t in threads))
+            try:
+                reason = self._watch(threads, start_stats, started)
+            finally:
+                self._stop.set()
+                self._stop_threads([t for t in threads if not t.last], drain=False)
+                self._stop_threads([t for t in threads if t.last], drain=True)
+                self._reporter.close()
         failed = [t for t in threads if t.error is not None]
         if failed:
             raise failed[0].error  # type: ignore[misc]

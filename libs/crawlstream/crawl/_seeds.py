@@ -7,7 +7,9 @@ Two entry points:
   chunks (memory does not grow with the input), every line counted by outcome (``sent``,
   ``duplicate``, ``invalid`` by reason, blank and comment lines skipped), values encoded by a
   ``SeedEncoder`` and produced straight to the bus producer. Why each step is shaped the way
-  it is, with measurements: docs/decisions/023-bulk-seeding-and-scalable-filter.md.
+  it is, with measurements: docs/decisions/023-bulk-seeding-and-scalable-filter.md. A line
+  ``URL N`` (whitespace, then an integer 0..2**31-1 ending the line) gives that URL the
+  scheduling priority N (ADR 016).
 
 Seeds pass through dedupe like any discovered URL, so re-seeding forwards nothing new; the
 intake drops only duplicates it sees within a bounded window of recent URLs.
@@ -30,7 +32,7 @@ from typing import Any, BinaryIO, TextIO
 
 from crawlstream.errors import ConfigError, InvalidUrl
 from crawlstream.events import DiscoveredUrl, EventCodec, EventProducer, UrlRecord
-from crawlstream.lake._aliases import RAW_FORMS_DATASET, raw_form_extras
+from crawlstream.frontier import MAX_PRIORITY
 from crawlstream.topics import URLS_DISCOVERED, URLS_RECORDS
 from crawlstream.urls import KEY_HASH_MASK, MAX_URL_LENGTH, canonicalize, domain_checksum, fnv1a_64, url_key
 
@@ -41,6 +43,7 @@ __all__ = [
     "SeedReport",
     "SeedSource",
     "UrlRecordPublisher",
+    "check_priority",
     "open_seed_sources",
     "read_seeds",
     "seed_events",
@@ -61,6 +64,16 @@ _SURROGATES = "surrogatepass"
 
 def _is_url(spec: str) -> bool:
     return "://" in spec
+
+
+def check_priority(priority: int | None) -> int | None:
+    """A seed priority as sent: None for None and 0 (normal), the value for 1..2**31-1;
+    ``ConfigError`` otherwise (``DiscoveredUrl.priority`` is an Avro int, higher first)."""
+    if priority is None or priority == 0:
+        return None
+    if not isinstance(priority, int) or not 0 < priority <= MAX_PRIORITY:
+        raise ConfigError(f"seed priority must be an integer 0..{MAX_PRIORITY} (0 = normal), found {priority!r}")
+    return priority
 
 
 def read_seeds(specs: Sequence[str], *, raw: bool = False) -> list[str]:
@@ -101,9 +114,11 @@ def read_seeds(specs: Sequence[str], *, raw: bool = False) -> list[str]:
     return list(urls.values()) if raw else list(urls)
 
 
-def seed_events(urls: Iterable[str], now_ms: int, dataset_id: int | None) -> list[DiscoveredUrl]:
-    """Depth-0 ``source="seed"`` events; they go through dedupe like any URL, so re-seeding a
-    resumed crawl forwards nothing new."""
+def seed_events(
+    urls: Iterable[str], now_ms: int, dataset_id: int | None, *, source: str = "seed"
+) -> list[DiscoveredUrl]:
+    """Depth-0 events of ``source``: seeds go through dedupe like any URL, so re-seeding a
+    resumed crawl forwards nothing new; ``crawlstream refetch`` sends its own to the frontier."""
     events = []
     for url in urls:
         canonical = canonicalize(url)
@@ -114,7 +129,7 @@ def seed_events(urls: Iterable[str], now_ms: int, dataset_id: int | None) -> lis
                 url_key=url_key(canonical),
                 depth=0,
                 discovered_at_ms=now_ms,
-                source="seed",
+                source=source,
                 dataset_id=dataset_id,
                 raw_url=url if url != canonical.url else None,
             )
@@ -125,6 +140,9 @@ def seed_events(urls: Iterable[str], now_ms: int, dataset_id: int | None) -> lis
 def raw_form_records(urls: Iterable[str], now_ms: int) -> list[UrlRecord]:
     """The alias map's rows (ADR 024) of seeds written in a non-canonical form: the parquet sink
     keeps each as its canonical URL's row of the raw-forms dataset. Canonical seeds: none."""
+    # Imported here: crawlstream.lake imports pyarrow, which a crawl worker never needs (~0.1 s).
+    from crawlstream.lake._aliases import RAW_FORMS_DATASET, raw_form_extras
+
     out = []
     for text in urls:
         canonical = canonicalize(text)
@@ -199,11 +217,19 @@ class SeedEncoder:
     order, a registry schema).
     """
 
-    def __init__(self, codec: EventCodec, now_ms: int, dataset_id: int | None, topic: str = URLS_DISCOVERED) -> None:
+    def __init__(
+        self,
+        codec: EventCodec,
+        now_ms: int,
+        dataset_id: int | None,
+        topic: str = URLS_DISCOVERED,
+        priority: int | None = None,
+    ) -> None:
         self._codec = codec
         self._topic = topic
         self._now_ms = now_ms
         self._dataset_id = dataset_id
+        self.priority = priority  # DiscoveredUrl.priority of every seed (None = normal)
         empty = codec.encode(self._event("", "", 0, None), topic)
         with_raw = codec.encode(self._event("", "", 0, ""), topic)
         # header (5 bytes), then "" (0x00), "" (0x00), 0 (0x00), then the constant fields and
@@ -227,7 +253,7 @@ class SeedEncoder:
     def _event(self, url: str, domain: str, key: int, raw_url: str | None) -> DiscoveredUrl:
         return DiscoveredUrl(
             url=url, domain=domain, url_key=key, depth=0, discovered_at_ms=self._now_ms, source="seed",
-            dataset_id=self._dataset_id, raw_url=raw_url,
+            dataset_id=self._dataset_id, priority=self.priority, raw_url=raw_url,
         )
 
     def domain_part(self, domain: str) -> bytes:
@@ -564,7 +590,8 @@ class SeedIntake:
     buffers until then; 0: flush only at the end, for a producer that bounds its own queue);
     ``dedupe_window`` is how many recent distinct URLs are remembered to
     drop repeats (memory ~100 bytes each; the deduper remains the authority on what is new).
-    ``topic`` is ``urls.discovered`` but for tests on a shared broker.
+    ``topic`` is ``urls.discovered`` but for tests on a shared broker. ``priority``: the
+    ``DiscoveredUrl.priority`` of every seed (None or 0 = normal); a line's own ``URL N`` wins.
     """
 
     def __init__(
@@ -578,17 +605,30 @@ class SeedIntake:
         now_ms: int | None = None,
         stdin: BinaryIO | None = None,
         topic: str = URLS_DISCOVERED,
+        priority: int | None = None,
     ) -> None:
         self.out = out
         self.topic = topic
         self.now_ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
-        self.encoder = SeedEncoder(codec, self.now_ms, dataset_id, topic)
+        self.encoder = SeedEncoder(codec, self.now_ms, dataset_id, topic, check_priority(priority))
+        self._encoders: dict[int | None, SeedEncoder] = {self.encoder.priority: self.encoder}
         self.raw_forms = UrlRecordPublisher(out, codec)
         self.flush_every = flush_every
         self.dedupe_window = dedupe_window
         self._stdin = stdin
         self._bytes_before = 0  # bytes of the inputs already finished
         self._current: _Lines | None = None
+
+    def _encoder_for(self, priority: int | None) -> SeedEncoder:
+        """The encoder of seeds with ``priority`` (a line's own ``URL N``), made on first use."""
+        encoder = self._encoders.get(priority)
+        if encoder is None:
+            if len(self._encoders) >= 1024:
+                self._encoders = {self.encoder.priority: self.encoder}
+            base = self.encoder
+            encoder = SeedEncoder(base._codec, self.now_ms, base._dataset_id, self.topic, priority)
+            self._encoders[priority] = encoder
+        return encoder
 
     def bytes_done(self) -> int:
         current = self._current
@@ -675,6 +715,8 @@ class SeedIntake:
         """The hot loop (~10 us per line): skip, decode, canonicalize, drop recent repeats,
         key, encode, produce. Counts are kept in locals and folded into ``report`` every
         8192 lines, where progress is also drawn, and at the end."""
+        from crawlstream.lake._aliases import RAW_FORMS_DATASET, raw_form_extras  # as in raw_form_records
+
         out = self.out
         produce = out.producer.produce
         topic = self.topic
@@ -713,6 +755,16 @@ class SeedIntake:
                     comments += 1
                     continue
                 lines_n += 1
+                line_encoder = None
+                if b" " in raw or b"\t" in raw:  # "URL N": the line's own priority
+                    head, tail = raw.rsplit(None, 1)
+                    digits = tail[1:] if tail[:1] in (b"+", b"-") else tail
+                    if digits.isdigit():
+                        if len(digits) > 10 or not 0 <= int(tail) <= MAX_PRIORITY:
+                            invalid["priority"] += 1
+                            continue
+                        line_encoder = self._encoder_for(int(tail) or None)
+                        raw = head
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
@@ -743,9 +795,17 @@ class SeedIntake:
                 utf8 = url.encode("utf-8")
                 key = high | (fnv(utf8) & KEY_HASH_MASK)  # == canonical_url_key(domain, url)
                 raw_url = None if text == url else text
+                if line_encoder is None:
+                    value_bytes = (
+                        encode_parts(utf8, dpart, key, raw_url) if precompiled else encode(url, domain, key, raw_url)
+                    )
+                elif line_encoder.precompiled:
+                    value_bytes = line_encoder.encode_parts(utf8, dpart, key, raw_url)
+                else:
+                    value_bytes = line_encoder.encode(url, domain, key, raw_url)
                 produce(
                     topic,
-                    encode_parts(utf8, dpart, key, raw_url) if precompiled else encode(url, domain, key, raw_url),
+                    value_bytes,
                     partition=partition,
                     key=dkey,
                     timestamp_ms=now_ms,

@@ -29,6 +29,7 @@ from typing import Any  # noqa: E402
 
 from crawlstream.crawl._processes import WorkerPayload, open_crawl_host  # noqa: E402
 from crawlstream.logs import configure_logging, set_default_service  # noqa: E402
+from crawlstream.runtime import freeze_startup_objects  # noqa: E402
 from crawlstream.services import package_for  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def main() -> int:
             for _, built in services:
                 built.close()
             raise
+        freeze_startup_objects()  # built: what start-up made lives to the end (ADR 009)
         failed = _run(services, stop, payload.parent_pid)
     logger.info("worker %d of %d stopped", payload.index, payload.count)
     return 1 if failed else 0

@@ -94,6 +94,8 @@ class FetchResult:
     crawl_delay_s: float | None = None
     robots_sitemaps: Sequence[str] | None = None
     content_hash: str | None = None
+    response_head: bytes | None = None  # status line + header lines as received (schema id 11)
+    ip_address: str | None = None  # the response's peer address (WARC-IP-Address)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,13 +26,21 @@ from urllib.parse import urljoin
 import aiohttp
 import xxhash
 from aiohttp.abc import AbstractResolver
+from aiohttp.connector import Connection
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from crawlstream.errors import ConfigError, InvalidUrl
 from crawlstream.fetch._decode import ACCEPT_ENCODING, CorruptEncoding, UnsupportedEncoding, make_decoder
 from crawlstream.fetch._guard import BlockedAddress, GuardedResolver, MappedHostMissing, is_public_address
-from crawlstream.fetch._outcome import FetchOutcome, Outcome, kept_headers, media_type, parse_retry_after
+from crawlstream.fetch._outcome import (
+    FetchOutcome,
+    Outcome,
+    kept_headers,
+    media_type,
+    parse_retry_after,
+    response_head,
+)
 from crawlstream.robots import (
     MAX_ROBOTS_BYTES,
     MAX_ROBOTS_REDIRECTS,
@@ -75,6 +83,8 @@ class _Raw:
     truncated: bool
     too_large: bool
     location: str | None
+    head: bytes = b""  # status line + header lines as received (FetchOutcome.response_head)
+    peer: str = ""  # the address the response came from; "" through a proxy or unknown
 
 
 def redirect_hop_record(result: FetchResult) -> UrlRecord | None:
@@ -111,6 +121,24 @@ def load_resolve_map(path: Path) -> dict[str, tuple[str, int]]:
             f"resolve map {path}: expected a JSON object {{host: [ip, port]}}, could not read it ({exc}); "
             "regenerate it with `crawlstream demo-web --resolve-map-out FILE`"
         ) from exc
+
+
+class _PeerResponse(aiohttp.ClientResponse):
+    """A response that remembers its connection's peer address: aiohttp releases the
+    connection (``resp.connection`` becomes None) as soon as a small body is buffered, before
+    the caller sees the response, so the address is read when the response starts."""
+
+    peer: str = ""
+
+    async def start(self, connection: Connection) -> aiohttp.ClientResponse:
+        transport = connection.transport
+        address = transport.get_extra_info("peername") if transport is not None else None
+        if address:
+            try:
+                self.peer = ipaddress.ip_address(str(address[0]).split("%", 1)[0]).compressed
+            except ValueError:
+                self.peer = ""  # a Unix socket or something else without an IP address
+        return await super().start(connection)
 
 
 class _Failure(Exception):
@@ -251,6 +279,7 @@ class Fetcher:
                 auto_decompress=False,
                 headers={"User-Agent": self.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
                 cookie_jar=aiohttp.DummyCookieJar(),
+                response_class=_PeerResponse,
             )
             self._semaphore = asyncio.Semaphore(self._concurrency)
         return self._session
@@ -390,6 +419,8 @@ class Fetcher:
             body_size_bytes=len(raw.body),
             crawl_delay_s=crawl_delay_s,
             robots_sitemaps=sitemaps,
+            response_head=raw.head,
+            ip_address=raw.peer,
         )
         if raw.status in (429, 503):
             common["retry_after_s"] = parse_retry_after(raw.headers.get("retry-after"), now_s=self._clock())
@@ -485,10 +516,13 @@ class Fetcher:
                 headers = kept_headers(resp.headers.items())
                 location = resp.headers.get("Location")
                 absolute = urljoin(str(resp.url), location) if location else None
+                version = resp.version or aiohttp.HttpVersion11
+                head = response_head((version.major, version.minor), resp.status, resp.reason, resp.raw_headers)
+                peer = self._peer_of(resp)
                 body, truncated, too_large = await self._aread(resp, max_bytes)
                 if truncated:
                     resp.close()  # unread bytes left: never reuse this connection
-                return _Raw(resp.status, str(resp.url), headers, body, truncated, too_large, absolute)
+                return _Raw(resp.status, str(resp.url), headers, body, truncated, too_large, absolute, head, peer)
         except aiohttp.ClientConnectorDNSError as exc:
             if isinstance(exc.os_error, BlockedAddress):
                 raise _Failure("blocked_private", str(exc.os_error)) from exc
@@ -501,6 +535,13 @@ class Fetcher:
             raise _Failure("timeout", f"timed out ({exc.__class__.__name__})") from exc
         except (aiohttp.ClientError, UnsupportedEncoding, CorruptEncoding, zlib.error, OSError) as exc:
             raise _Failure("error", f"{exc.__class__.__name__}: {exc}") from exc
+
+    def _peer_of(self, resp: aiohttp.ClientResponse) -> str:
+        """The address the response came from (WARC-IP-Address); "" through a proxy (the peer
+        is then the proxy, not the server)."""
+        if self._proxy or not isinstance(resp, _PeerResponse):
+            return ""
+        return resp.peer
 
     async def _aread(self, resp: aiohttp.ClientResponse, max_bytes: int) -> tuple[bytes, bool, bool]:
         """Decoded body up to ``max_bytes``; (body, truncated, too_large)."""

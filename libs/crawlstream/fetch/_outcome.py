@@ -7,7 +7,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["KEPT_HEADERS", "OUTCOMES", "FetchOutcome", "Outcome", "kept_headers", "parse_retry_after"]
+__all__ = [
+    "KEPT_HEADERS",
+    "MAX_RESPONSE_HEAD_BYTES",
+    "OUTCOMES",
+    "FetchOutcome",
+    "Outcome",
+    "kept_headers",
+    "parse_retry_after",
+    "response_head",
+]
 
 Outcome = Literal[
     "ok",
@@ -48,6 +57,10 @@ KEPT_HEADERS = frozenset(
     }
 )
 MAX_HEADER_VALUE_CHARS = 2048
+# The original header block (for WARC export, ADR 022) is kept whole up to this size; header
+# lines past it are dropped (a real response's head is 0.3-2 KB; aiohttp itself refuses lines
+# over 8 KB).
+MAX_RESPONSE_HEAD_BYTES = 32 * 1024
 MAX_RETRY_AFTER_S = 86400.0
 
 
@@ -64,6 +77,9 @@ class FetchOutcome:
     sitemaps it names (``crawlstream.sitemaps.robots_sitemaps``); None on every other one.
     ``content_hash`` is the hex xxh3-128 of the body (the content store's hash), "" without
     one; an ``unchanged`` outcome keeps it but drops the body (the store has it already).
+    ``response_head`` is the response's status line and header lines as received (order,
+    case and repeats kept; ``response_head()``), b"" without a response; ``ip_address`` the
+    address the response came from (the connection's peer), "" when unknown or proxied.
     """
 
     url: str
@@ -84,6 +100,8 @@ class FetchOutcome:
     attempt: int = 0
     fetched_at_ms: int = 0
     content_hash: str = ""
+    response_head: bytes = b""
+    ip_address: str = ""
 
     @property
     def is_html(self) -> bool:
@@ -125,6 +143,25 @@ def kept_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
         elif key in _JOINED_HEADERS:
             kept[key] = f"{kept[key]}, {value}"[:MAX_HEADER_VALUE_CHARS]
     return kept
+
+
+def response_head(
+    version: tuple[int, int], status: int, reason: str | None, raw_headers: Iterable[tuple[bytes, bytes]]
+) -> bytes:
+    """The status line and header lines of a response, each ending in CRLF (no blank line).
+
+    From the parser's raw pairs: names and values byte for byte, in order, repeats kept (the
+    whitespace around ``:`` is normalized to one space, as HTTP/1.1 parsers see it). Lines
+    past ``MAX_RESPONSE_HEAD_BYTES`` are dropped whole.
+    """
+    phrase = (reason or "").encode("latin-1", "replace")
+    out = bytearray(b"HTTP/%d.%d %d %s\r\n" % (version[0], version[1], status, phrase))
+    for name, value in raw_headers:
+        line = name + b": " + value + b"\r\n"
+        if len(out) + len(line) > MAX_RESPONSE_HEAD_BYTES:
+            break
+        out += line
+    return bytes(out)
 
 
 def media_type(headers: Mapping[str, str]) -> str:

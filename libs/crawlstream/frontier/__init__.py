@@ -3,20 +3,25 @@
 Redis-side metadata (offsets, ready queue) belongs to ``crawlstream.politeness``.
 """
 
-from crawlstream.frontier._domains import validate_domain
+from crawlstream.frontier._domains import LANE_SUFFIX, validate_domain
 from crawlstream.frontier._records import (
     HEADER_SIZE,
+    MAX_PRIORITY,
     MAX_URL_BYTES,
     FrontierEntry,
     decode_header,
     decode_records,
     encode_header,
     encode_record,
+    lane_priority,
+    priority_from_real,
 )
 from crawlstream.frontier._store import FileState, FrontierFiles
 
 __all__ = [
     "HEADER_SIZE",
+    "LANE_SUFFIX",
+    "MAX_PRIORITY",
     "MAX_URL_BYTES",
     "FileState",
     "FrontierEntry",
@@ -25,5 +30,7 @@ __all__ = [
     "decode_records",
     "encode_header",
     "encode_record",
+    "lane_priority",
+    "priority_from_real",
     "validate_domain",
 ]

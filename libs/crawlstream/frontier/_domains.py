@@ -6,8 +6,10 @@ before any path is built: lowercase LDH labels (letters, digits, inner hyphens; 
 ``..``, no leading/trailing dot), hence no slash, backslash, NUL or other separator.
 
 247, not DNS's 253: the compaction file ``<domain>~compact`` must fit the 255-byte file
-name limit of Linux file systems. Registered domains (one label under a public suffix) stay
-far below either limit; only a hand-made name is refused for it.
+name limit of Linux file systems (so must the priority lane ``<domain>~lane`` and its
+rewrite file ``<domain>~lanetmp``: suffixes of 8 characters at most). Registered domains
+(one label under a public suffix) stay far below either limit; only a hand-made name is
+refused for it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import re
 
 from crawlstream.errors import InvalidDomain
 
-__all__ = ["COMPACT_SUFFIX", "MAX_DOMAIN_CHARS", "validate_domain"]
+__all__ = ["COMPACT_SUFFIX", "LANE_SUFFIX", "LANE_TMP_SUFFIX", "MAX_DOMAIN_CHARS", "validate_domain"]
 
 COMPACT_SUFFIX = "~compact"  # the frontier store's temporary file is <domain>~compact
-MAX_DOMAIN_CHARS = 255 - len(COMPACT_SUFFIX)  # 255: NAME_MAX of ext4, xfs, btrfs, tmpfs
+LANE_SUFFIX = "~lane"  # a domain's priority lane
+LANE_TMP_SUFFIX = "~lanetmp"  # the lane's compaction / rewrite file
+MAX_DOMAIN_CHARS = 255 - max(len(COMPACT_SUFFIX), len(LANE_TMP_SUFFIX))  # 255: NAME_MAX of ext4, xfs, btrfs, tmpfs
 
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _DOMAIN_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")

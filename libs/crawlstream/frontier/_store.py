@@ -1,4 +1,5 @@
-"""Frontier files on disk: one append-only file per domain, ``<root>/<partition>/<hh>/<domain>``.
+"""Frontier files on disk: one append-only file per domain, ``<root>/<partition>/<hh>/<domain>``,
+and for a domain with prioritised URLs a priority lane next to it, ``<domain>~lane``.
 
 This module owns the bytes; the caller (the scheduler) owns the metadata in Redis and hands
 it in as a ``FileState`` (generation, read offset, size). Every method validates the domain
@@ -11,6 +12,12 @@ does the caller store the new state in Redis. ``reconcile`` repairs whatever a c
 a stray ``~compact`` file is deleted (step 3 never happened; the old file is intact); a file
 whose header says g+1 while Redis says g means step 4 never happened, so the tail file is
 adopted from its start; bytes past the known size are scanned and a torn record cut off.
+
+The priority lane (every method's ``lane=True``) is the same machinery on a second file whose
+records carry their priority and are kept in read order: highest priority first, then by
+arrival. The caller appends when the new records sort after every unread one, and otherwise
+``rewrite``s the unread records merged with the new ones as generation + 1, which is a
+compaction with different content (same steps, same repair by ``reconcile``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
-from crawlstream.frontier._domains import COMPACT_SUFFIX, validate_domain
+from crawlstream.frontier._domains import COMPACT_SUFFIX, LANE_SUFFIX, LANE_TMP_SUFFIX, validate_domain
 from crawlstream.frontier._records import (
     HEADER_SIZE,
     FrontierEntry,
@@ -71,26 +78,34 @@ class FrontierFiles:
         self.root = Path(root)
         self._dirty: set[Path] = set()
 
-    def path_for(self, partition: int, domain: str) -> Path:
-        """The file of ``domain`` (``InvalidDomain`` before any path exists for a bad name)."""
+    def path_for(self, partition: int, domain: str, *, lane: bool = False) -> Path:
+        """The file (``lane``: the priority lane) of ``domain`` (``InvalidDomain`` before any
+        path exists for a bad name)."""
         validate_domain(domain)
-        return self.root / str(int(partition)) / _domain_prefix(domain) / domain
+        return self.root / str(int(partition)) / _domain_prefix(domain) / (domain + LANE_SUFFIX if lane else domain)
+
+    def _tmp_for(self, path: Path, lane: bool) -> Path:
+        if lane:
+            return path.with_name(path.name.removesuffix(LANE_SUFFIX) + LANE_TMP_SUFFIX)
+        return path.with_name(path.name + _TMP_SUFFIX)
 
     # -- writing ----------------------------------------------------------------------------
 
-    def append(self, partition: int, domain: str, entries: list[FrontierEntry], state: FileState) -> FileState:
+    def append(
+        self, partition: int, domain: str, entries: list[FrontierEntry], state: FileState, *, lane: bool = False
+    ) -> FileState:
         """Append ``entries`` after ``state.size``; return the new state (size grown).
 
         ``state`` must be reconciled (``reconcile``) once per process before the first append,
         so that the file really ends at ``state.size``. A missing file is created with a header.
         """
-        path = self.path_for(partition, domain)
-        data = b"".join(encode_record(e) for e in entries)
+        path = self.path_for(partition, domain, lane=lane)
+        data = b"".join(encode_record(e, lane=lane) for e in entries)
         try:
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "wb") as fh:
-                    fh.write(encode_header(state.generation))
+                    fh.write(encode_header(state.generation, lane=lane))
                     fh.write(data)
                 state = FileState(state.generation, HEADER_SIZE, HEADER_SIZE)
             else:
@@ -116,7 +131,9 @@ class FrontierFiles:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def read(self, partition: int, domain: str, state: FileState, limit: int = 1) -> list[tuple[FrontierEntry, int]]:
+    def read(
+        self, partition: int, domain: str, state: FileState, limit: int = 1, *, lane: bool = False
+    ) -> list[tuple[FrontierEntry, int]]:
         """Up to ``limit`` records from ``state.offset`` (before ``state.size``), each with its end offset.
 
         ``ChecksumMismatch`` if a record below ``state.size`` is corrupt (the bytes were
@@ -124,7 +141,7 @@ class FrontierFiles:
         """
         if state.offset >= state.size:
             return []
-        path = self.path_for(partition, domain)
+        path = self.path_for(partition, domain, lane=lane)
         out: list[tuple[FrontierEntry, int]] = []
         offset = state.offset
         try:
@@ -133,7 +150,7 @@ class FrontierFiles:
                 while len(out) < limit and offset < state.size:
                     fh.seek(offset)
                     data = fh.read(min(chunk, state.size - offset))
-                    got, end = decode_records(data, domain, offset, limit - len(out))
+                    got, end = decode_records(data, domain, offset, limit - len(out), lane=lane)
                     if not got:
                         if len(data) < min(chunk, state.size - offset) or chunk >= state.size - offset:
                             raise ChecksumMismatch(
@@ -152,10 +169,25 @@ class FrontierFiles:
 
     # -- recovery and compaction --------------------------------------------------------------
 
-    def reconcile(self, partition: int, domain: str, state: FileState) -> FileState:
+    def read_all(self, partition: int, domain: str) -> list[FrontierEntry]:
+        """Every valid record of the domain's lane, then of its file, from their headers (read and
+        unread alike: for recovery scans such as the migration's journal); [] for missing files."""
+        out: list[FrontierEntry] = []
+        for lane in (True, False):
+            path = self.path_for(partition, domain, lane=lane)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot read frontier file {path} ({exc})") from exc
+            out.extend(e for e, _ in decode_records(data[HEADER_SIZE:], domain, lane=lane)[0])
+        return out
+
+    def reconcile(self, partition: int, domain: str, state: FileState, *, lane: bool = False) -> FileState:
         """Make ``state`` (from Redis) and the file agree after a crash; return the true state."""
-        path = self.path_for(partition, domain)
-        tmp = path.with_name(path.name + _TMP_SUFFIX)
+        path = self.path_for(partition, domain, lane=lane)
+        tmp = self._tmp_for(path, lane)
         try:
             if tmp.exists():
                 tmp.unlink()  # a compaction crashed before its rename: the old file is intact
@@ -174,7 +206,7 @@ class FrontierFiles:
                     )
                 return FileState(state.generation, HEADER_SIZE, HEADER_SIZE)
             try:
-                generation = decode_header(header, str(path))
+                generation = decode_header(header, str(path), lane=lane)
             except ChecksumMismatch:
                 if len(header) < HEADER_SIZE and state.size <= HEADER_SIZE:
                     path.unlink()  # torn while being created: nothing was ever acknowledged
@@ -196,18 +228,18 @@ class FrontierFiles:
                     )
                 # Step 4 of a compaction never ran: the file holds exactly the unread tail.
                 new = FileState(generation, HEADER_SIZE, HEADER_SIZE)
-            return self._scan_tail(path, new, file_size)
+            return self._scan_tail(path, new, file_size, lane)
         except OSError as exc:
             raise StorageUnavailable(f"cannot reconcile frontier file {path} ({exc})") from exc
 
-    def _scan_tail(self, path: Path, state: FileState, file_size: int) -> FileState:
+    def _scan_tail(self, path: Path, state: FileState, file_size: int, lane: bool) -> FileState:
         """Extend ``state.size`` over whole valid records up to EOF; cut a torn tail off."""
         if file_size <= state.size:
             return state
         with open(path, "r+b") as fh:
             fh.seek(state.size)
             data = fh.read()
-            _, valid_end = decode_records(data, "", state.size)
+            _, valid_end = decode_records(data, "", state.size, lane=lane)
             if valid_end < file_size:
                 logger.warning(
                     "frontier %s: cut a torn tail of %d bytes at offset %d",
@@ -218,7 +250,7 @@ class FrontierFiles:
                 fh.truncate(valid_end)
         return FileState(state.generation, state.offset, valid_end)
 
-    def compact(self, partition: int, domain: str, state: FileState) -> FileState:
+    def compact(self, partition: int, domain: str, state: FileState, *, lane: bool = False) -> FileState:
         """Rewrite the unread tail as generation + 1; the caller must then store the result.
 
         Steps (do not reorder; ``reconcile`` repairs a crash between any two):
@@ -226,16 +258,40 @@ class FrontierFiles:
         2. fsync it; 3. rename it over ``<domain>`` and fsync the directory;
         4. (caller) store the returned state in Redis.
         """
-        path = self.path_for(partition, domain)
-        tmp = path.with_name(path.name + _TMP_SUFFIX)
-        new_generation = state.generation + 1
+        path = self.path_for(partition, domain, lane=lane)
         try:
             with open(path, "rb") as src:
                 src.seek(state.offset)
                 tail = src.read(state.size - state.offset)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot compact frontier file {path} ({exc})") from exc
+        new = self._replace(path, lane, state.generation + 1, tail)
+        logger.debug(
+            "frontier %s: compacted %d consumed bytes (generation %d)",
+            domain,
+            state.offset - HEADER_SIZE,
+            new.generation,
+        )
+        return new
+
+    def rewrite(
+        self, partition: int, domain: str, state: FileState, entries: list[FrontierEntry], *, lane: bool = True
+    ) -> FileState:
+        """Replace the file's unread records by ``entries`` (the caller merged the unread ones in),
+        as generation + 1, by the steps of ``compact``; the caller must then store the result.
+        How the priority lane takes a record that sorts before unread ones."""
+        path = self.path_for(partition, domain, lane=lane)
+        data = b"".join(encode_record(e, lane=lane) for e in entries)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self._replace(path, lane, state.generation + 1, data)
+
+    def _replace(self, path: Path, lane: bool, generation: int, records: bytes) -> FileState:
+        """Steps 1-3 of ``compact``: ``records`` under a new header, fsynced, renamed over ``path``."""
+        tmp = self._tmp_for(path, lane)
+        try:
             with open(tmp, "wb") as dst:  # 1.
-                dst.write(encode_header(new_generation))
-                dst.write(tail)
+                dst.write(encode_header(generation, lane=lane))
+                dst.write(records)
                 dst.flush()
                 os.fsync(dst.fileno())  # 2.
             os.replace(tmp, path)  # 3.
@@ -245,19 +301,14 @@ class FrontierFiles:
             finally:
                 os.close(dir_fd)
         except OSError as exc:
-            raise StorageUnavailable(f"cannot compact frontier file {path} ({exc})") from exc
+            raise StorageUnavailable(f"cannot rewrite frontier file {path} ({exc})") from exc
         self._dirty.discard(path)
-        logger.debug(
-            "frontier %s: compacted %d consumed bytes (generation %d)",
-            domain,
-            state.offset - HEADER_SIZE,
-            new_generation,
-        )
-        return FileState(new_generation, HEADER_SIZE, HEADER_SIZE + len(tail))
+        return FileState(generation, HEADER_SIZE, HEADER_SIZE + len(records))
 
     def remove(self, partition: int, domain: str) -> None:
-        """Delete a domain's file (its state in Redis must be reset by the caller first)."""
+        """Delete a domain's file and lane (their state in Redis must be reset by the caller first)."""
         self.path_for(partition, domain).unlink(missing_ok=True)
+        self.path_for(partition, domain, lane=True).unlink(missing_ok=True)
 
 
 def _fsync_file(path: Path) -> int:

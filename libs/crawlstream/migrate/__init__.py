@@ -7,7 +7,13 @@ checkpointed per table so it resumes after a crash and runs a second time as a n
 See docs/decisions/017-postgres-migration.md.
 """
 
-from crawlstream.migrate._migrator import CHECKPOINT_VERSION, MigrationReport, PostgresMigrator, finished_report
+from crawlstream.migrate._migrator import (
+    CHECKPOINT_VERSION,
+    MigrationReport,
+    PostgresMigrator,
+    few_collections,
+    finished_report,
+)
 from crawlstream.migrate._publish import RecordPublisher
 from crawlstream.migrate._source import SEED_SCHEMA_SQL, TABLES, PostgresSource, SourceUnavailable, TableSpec
 from crawlstream.migrate._values import TableReport, epoch_ms, flag, frontier_depth, http_status, robots_bytes
@@ -24,6 +30,7 @@ __all__ = [
     "TableReport",
     "TableSpec",
     "epoch_ms",
+    "few_collections",
     "finished_report",
     "flag",
     "frontier_depth",

@@ -17,7 +17,8 @@ the component that owns it):
   a row of the redirects dataset, published the same way), which ``/v1/url`` answers.
 * ``frontier``: seen in the Bloom filter, and when it was not seen before (visited, or an
   earlier row), appended to its domain's frontier file with its depth (``Scheduler.enqueue``,
-  as the scheduler admits URLs); priority orders each domain's file (see ``_source``).
+  as the scheduler admits URLs); a priority > 0 puts it in the domain's priority lane as
+  ``priority_from_real`` (round(priority x 1000), fetched first, highest first; ADR 016).
 
 Idempotent and resumable. The checkpoint (``<data_dir>/migrate/postgres-<source>.json``)
 records per table the key of the last row whose effects are durable, and the counts so far.
@@ -36,13 +37,15 @@ store raises, and running again resumes.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,20 +53,29 @@ from typing import Any
 from crawlstream.dedupe import Deduper
 from crawlstream.durable import write_atomically
 from crawlstream.errors import ConfigError, InvalidDomain, InvalidUrl, StorageUnavailable
-from crawlstream.frontier import HEADER_SIZE, FrontierEntry, decode_records, validate_domain
+from crawlstream.frontier import FrontierEntry, priority_from_real, validate_domain
 from crawlstream.lake import REDIRECTS_DATASET, LakeWriter, extras_json, redirect_extras
 from crawlstream.migrate._source import TABLES, Key, PostgresSource, TableSpec
 from crawlstream.migrate._values import TableReport, epoch_ms, flag, frontier_depth, http_status, robots_bytes
 from crawlstream.politeness import Controls, Scheduler
 from crawlstream.robots import MAX_ROBOTS_BYTES, ImportedRobots, ImportedRobotsTxt
 from crawlstream.store import ContentStore
-from crawlstream.urls import CanonicalUrl, canonicalize, partition_for, url_key
+from crawlstream.urls import (
+    KEY_HASH_MASK,
+    CanonicalUrl,
+    canonicalize,
+    compose_key,
+    domain_checksum,
+    fnv1a_64,
+    partition_for,
+)
 
 __all__ = [
     "CHECKPOINT_VERSION",
     "MigrationReport",
     "PostgresMigrator",
     "checkpoint_path",
+    "few_collections",
     "finished_report",
     "load_checkpoint",
 ]
@@ -72,6 +84,9 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
 Publish = Callable[[int, str, str, int | None, dict[str, str]], None]
+PublishVisited = Callable[[int, str, str, int | None, int | None], None]
+"""``publish`` of a visited row given its status code (``RecordPublisher.visited``): the same
+record as ``publish(dataset_id, url, domain, ts_ms, {"status": str(status)})``, cheaper."""
 Progress = Callable[[str, TableReport, int], None]
 
 
@@ -156,6 +171,49 @@ def _finished_report(saved: dict[str, Any], dataset_id: int, started: float) -> 
     return report
 
 
+_DOMAIN_FACTS_MAX = 1 << 20
+"""Domains whose facts a migrator remembers (~200 bytes each) before it starts over."""
+
+
+def _invalid_url_reason(value: Any, exc: InvalidUrl) -> str:
+    """The report's reason for a URL column value that did not canonicalize."""
+    if value is None:
+        return "missing"
+    if not isinstance(value, str):
+        return "not_text"
+    return exc.reason if value.strip() else "blank"
+
+
+def _count(table: TableReport, outcome: str, n: int) -> None:
+    if n:
+        table.outcomes[outcome] += n
+
+
+GC_YOUNG_THRESHOLD = 200_000
+"""Net allocations between two young-generation collections while a migration runs (Python's
+default is 700). A batch allocates tens of thousands of short-lived, acyclic objects (rows,
+canonical URLs, tuples) that reference counting frees; each default collection walked them,
+and the older generations' walks over everything alive cost ~20% of the CPU (ADR 017)."""
+
+
+@contextmanager
+def few_collections(young: int = GC_YOUNG_THRESHOLD) -> Iterator[None]:
+    """Run the block with the objects alive before it frozen out of the cyclic collector and
+    ``young`` as the first generation's threshold; both restored after, whatever happens.
+
+    Nothing is left uncollected: cycles made inside the block are still found, by rarer
+    collections, and ``gc.unfreeze`` hands the frozen objects back to the oldest generation.
+    """
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(young, before[0]), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 class PostgresMigrator:
     """One migration of one source database into one data dir; see the module docstring.
 
@@ -168,6 +226,8 @@ class PostgresMigrator:
       read. ``open_store`` builds the content store on the first body to import.
     * ``publish`` / ``published``: send each lake row to ``urls.records`` and make the sends
       durable (before each checkpoint's lake flush); None publishes nothing.
+      ``publish_visited``: the visited rows' sends by status code (``RecordPublisher.visited``);
+      None sends them through ``publish``.
     * ``checkpoint_rows`` / ``checkpoint_interval_s``: how much work a crash can cost again,
       and how many rows the lake buffers in memory (one lake file per domain prefix each).
     * ``max_body_bytes``: a stored body larger than this is not imported (``content_too_large``).
@@ -191,6 +251,7 @@ class PostgresMigrator:
         open_store: Callable[[], ContentStore] | None = None,
         publish: Publish | None = None,
         published: Callable[[], None] | None = None,
+        publish_visited: PublishVisited | None = None,
         max_body_bytes: int = 5 * 1024 * 1024,
         checkpoint_rows: int = 250_000,
         checkpoint_interval_s: float = 60.0,
@@ -215,6 +276,7 @@ class PostgresMigrator:
         self._store: ContentStore | None = None
         self._publish = publish
         self._published = published
+        self._publish_visited = publish_visited if publish is not None else None
         self.max_body_bytes = max_body_bytes
         self.checkpoint_rows = checkpoint_rows
         self.checkpoint_interval_s = checkpoint_interval_s
@@ -228,6 +290,8 @@ class PostgresMigrator:
         self._journaled: set[tuple[int, str]] = set()
         self._excluded: set[str] = set()
         self._extras_cache: dict[int | None, str | None] = {}
+        self._fields_cache: dict[int | None, dict[str, str]] = {}
+        self._domain_facts: dict[str, tuple[int, int, int, bool]] = {}
         self._pending_frontier: dict[int, list[FrontierEntry]] = defaultdict(list)
 
     # -- the run ----------------------------------------------------------------------------
@@ -255,9 +319,10 @@ class PostgresMigrator:
                 report.missing_columns[spec.name] = missing
         self._excluded = set(self.controls.excluded())
         report.journal_recovered_urls = self._recover_journal()
-        for spec in TABLES:
-            self._migrate_table(spec, states, report)
-        self._checkpoint(states, report, completed=True)
+        with few_collections():
+            for spec in TABLES:
+                self._migrate_table(spec, states, report)
+            self._checkpoint(states, report, completed=True)
         report.seconds = time.perf_counter() - started
         return report
 
@@ -283,10 +348,10 @@ class PostgresMigrator:
         handle = handlers.get(spec.name, self._frontier_rows)
         since_rows, since_at = 0, time.monotonic()
         started = time.perf_counter()
-        for batches, batch in enumerate(self.source.stream(spec, state.after), 1):
-            handle([row for _, row in batch], table)
+        for batches, (batch, last_key) in enumerate(self.source.stream(spec, state.after), 1):
+            handle(batch, table)
             table.rows += len(batch)
-            state.after = batch[-1][0]
+            state.after = last_key
             since_rows += len(batch)
             if self._on_batch is not None:
                 self._on_batch(spec.name, batches)
@@ -331,8 +396,11 @@ class PostgresMigrator:
             "completed": completed,
             "missing_columns": report.missing_columns,
             "tables": {
-                name: {"after": list(s.after) if s.after is not None else None, "filenode": s.filenode,
-                       "report": s.report.to_json()}
+                name: {
+                    "after": list(s.after) if s.after is not None else None,
+                    "filenode": s.filenode,
+                    "report": s.report.to_json(),
+                }
                 for name, s in states.items()
             },
         }
@@ -373,20 +441,16 @@ class PostgresMigrator:
         for sched_partition, domains in by_partition.items():
             self.scheduler.adopt_files(sched_partition, domains)
             for domain in domains:
-                try:
-                    data = files.path_for(sched_partition, domain).read_bytes()
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    raise StorageUnavailable(f"cannot read a journaled frontier file of {domain} ({exc})") from exc
-                entries, _ = decode_records(data[HEADER_SIZE:], domain)
-                items = [(e.url_key, e.url) for e, _ in entries]
+                items = [(e.url_key, e.url) for e in files.read_all(sched_partition, domain)]  # lane + file
                 if items:
                     self._bloom(domain).check_and_add(items)
                     self._dirty.add(self._dedupe_partition(domain))
                     recovered += len(items)
-        logger.warning("migration journal: %d frontier records of %d domains re-marked as seen after a crash",
-                       recovered, sum(len(d) for d in by_partition.values()))
+        logger.warning(
+            "migration journal: %d frontier records of %d domains re-marked as seen after a crash",
+            recovered,
+            sum(len(d) for d in by_partition.values()),
+        )
         return recovered
 
     # -- per table ------------------------------------------------------------------------------
@@ -453,17 +517,16 @@ class PostgresMigrator:
             out[host] = ImportedRobotsTxt(data, exp_ms)
 
     def _visited_rows(self, rows: list[tuple[Any, ...]], table: TableReport) -> None:
-        valid: list[tuple[CanonicalUrl, int, tuple[Any, ...]]] = []
-        for row in rows:
-            canon = self._canonical_url(row[0], table)
-            if canon is not None:
-                valid.append((canon, url_key(canon), row))
-        fresh = self._mark_seen([(c.domain, k, c.url) for c, k, _ in valid])
+        valid, fresh = self._seen_urls(rows, table, frontier=False)
         dataset = self.dataset_id
         add = self.lake.add
-        for (canon, _key, row), is_new in zip(valid, fresh, strict=True):
+        publish, publish_visited = self._publish, self._publish_visited
+        extras_of, fields_of = self._extras_cache, self._fields_cache
+        migrated = 0
+        for (canon, _key, _partition, row), is_new in zip(valid, fresh, strict=True):
             _, crawled, status_value, content_path, redirected = row
-            table.outcomes["migrated" if is_new else "duplicate"] += 1
+            if is_new:
+                migrated += 1
             try:
                 ts_ms = epoch_ms(crawled)
             except ValueError:
@@ -474,17 +537,21 @@ class PostgresMigrator:
             except ValueError:
                 table.details["bad_http_status_code"] += 1
                 status = None
-            extras = self._extras_cache.get(status, "")
-            if extras == "":
-                extras = self._extras_cache[status] = None if status is None else json.dumps({"status": status})
+            extras = extras_of.get(status, "")
+            if extras == "":  # the lake's JSON and the record's map, once per status
+                extras = extras_of[status] = None if status is None else json.dumps({"status": status})
+                fields_of[status] = {} if status is None else {"status": str(status)}
             add(dataset, canon.url, canon.domain, ts_ms, extras)
-            if self._publish is not None:
-                fields = {} if status is None else {"status": str(status)}
-                self._publish(dataset, canon.url, canon.domain, ts_ms, fields)
+            if publish_visited is not None:
+                publish_visited(dataset, canon.url, canon.domain, ts_ms, status)
+            elif publish is not None:
+                publish(dataset, canon.url, canon.domain, ts_ms, fields_of[status])
             if content_path is not None:
                 self._import_content(canon.url, content_path, status, ts_ms, table)
             if redirected is not None and str(redirected).strip():
                 self._redirect_row(canon, str(redirected).strip(), status, ts_ms, table)
+        _count(table, "migrated", migrated)
+        _count(table, "duplicate", len(valid) - migrated)
 
     def _redirect_row(
         self, canon: CanonicalUrl, target_text: str, status: int | None, ts_ms: int | None, table: TableReport
@@ -508,25 +575,15 @@ class PostgresMigrator:
         table.details["redirect_mapped"] += 1
 
     def _frontier_rows(self, rows: list[tuple[Any, ...]], table: TableReport) -> None:
-        valid: list[tuple[CanonicalUrl, int, tuple[Any, ...]]] = []
-        for row in rows:
-            canon = self._canonical_url(row[0], table)
-            if canon is None:
-                continue
-            try:
-                validate_domain(canon.domain)
-            except InvalidDomain:
-                table.invalid("domain")
-                continue
-            valid.append((canon, url_key(canon), row))
-        fresh = self._mark_seen([(c.domain, k, c.url) for c, k, _ in valid])
+        valid, fresh = self._seen_urls(rows, table, frontier=True)
         by_partition: dict[int, list[FrontierEntry]] = defaultdict(list)
         max_depth = self.scheduler.max_depth
-        for (canon, key, row), is_new in zip(valid, fresh, strict=True):
+        already_seen = 0
+        for (canon, key, sched_partition, row), is_new in zip(valid, fresh, strict=True):
             if not is_new:
-                table.outcomes["already_seen"] += 1
+                already_seen += 1
                 continue
-            _, depth_value, _priority, added = row
+            _, depth_value, priority, added = row
             depth, fixed = frontier_depth(depth_value)
             if fixed:
                 table.details["depth_fixed"] += 1
@@ -538,8 +595,9 @@ class PostgresMigrator:
             except ValueError:
                 table.details["bad_added_timestamp"] += 1
                 added_ms = 0
-            entry = FrontierEntry(canon.domain, canon.url, key, depth, added_ms, 0)
-            by_partition[partition_for(canon.domain, self.scheduler_partitions)].append(entry)
+            entry = FrontierEntry(canon.domain, canon.url, key, depth, added_ms, 0, priority_from_real(priority))
+            by_partition[sched_partition].append(entry)
+        _count(table, "already_seen", already_seen)
         for partition, entries in by_partition.items():
             self._pending_frontier[partition].extend(entries)
 
@@ -559,19 +617,10 @@ class PostgresMigrator:
     # -- shared steps -----------------------------------------------------------------------------
 
     def _canonical_url(self, value: Any, table: TableReport) -> CanonicalUrl | None:
-        if value is None:
-            table.invalid("missing")
-            return None
-        if not isinstance(value, str):
-            table.invalid("not_text")
-            return None
-        if not value.strip():
-            table.invalid("blank")
-            return None
         try:
             return canonicalize(value)
         except InvalidUrl as exc:
-            table.invalid(exc.reason)
+            table.invalid(_invalid_url_reason(value, exc))
             return None
 
     def _canonical_host(self, value: Any, table: TableReport) -> CanonicalUrl | None:
@@ -590,20 +639,70 @@ class PostgresMigrator:
             self._offsets[partition] = self.deduper.load_partition(partition)
         return self.deduper.filter(partition)
 
-    def _mark_seen(self, items: list[tuple[str, int, str]]) -> list[bool]:
-        """Add each (domain, url_key, url) to its partition's filter; True where it was new."""
-        by_partition: dict[int, list[int]] = defaultdict(list)
-        for i, (domain, _, _) in enumerate(items):
-            by_partition[self._dedupe_partition(domain)].append(i)
-        fresh = [False] * len(items)
-        for partition, indexes in by_partition.items():
+    def _seen_urls(
+        self, rows: list[tuple[Any, ...]], table: TableReport, *, frontier: bool
+    ) -> tuple[list[tuple[CanonicalUrl, int, int, tuple[Any, ...]]], list[bool]]:
+        """Canonicalize each row's first column (the URL; invalid ones are counted and dropped)
+        and add it to its partition's filter. Returns (canonical URL, url_key, scheduler
+        partition, row) of each valid row, and whether it was new. ``frontier``: a domain that
+        cannot name a frontier file is invalid too (``domain``).
+
+        One pass, no per-row helper calls: the key's checksum bits and both partitions are
+        looked up once per domain (``_domain_facts``), the Bloom filter gets one batch per partition.
+        """
+        valid: list[tuple[CanonicalUrl, int, int, tuple[Any, ...]]] = []
+        members: dict[int, list[tuple[int, str]]] = {}
+        positions: dict[int, list[int]] = {}
+        facts_of = self._domain_facts
+        for row in rows:
+            value = row[0]
+            try:
+                canon = canonicalize(value)
+            except InvalidUrl as exc:
+                table.invalid(_invalid_url_reason(value, exc))
+                continue
+            facts = facts_of.get(canon.domain)
+            if facts is None:
+                facts = self._learn_domain(canon.domain)
+            high, dedupe_partition, sched_partition, fileable = facts
+            if frontier and not fileable:
+                table.invalid("domain")
+                continue
+            url = canon.url
+            key = high | (fnv1a_64(url.encode("utf-8")) & KEY_HASH_MASK)  # == url_key(canon)
+            batch = members.get(dedupe_partition)
+            if batch is None:
+                batch = members[dedupe_partition] = []
+                positions[dedupe_partition] = []
+            batch.append((key, url))
+            positions[dedupe_partition].append(len(valid))
+            valid.append((canon, key, sched_partition, row))
+        fresh = [False] * len(valid)
+        for partition, batch in members.items():
             if partition not in self._offsets:
                 self._offsets[partition] = self.deduper.load_partition(partition)
-            answers = self.deduper.check_and_add(partition, [(items[i][1], items[i][2]) for i in indexes])
-            for i, is_new in zip(indexes, answers, strict=True):
+            for i, is_new in zip(positions[partition], self.deduper.check_and_add(partition, batch), strict=True):
                 fresh[i] = is_new
             self._dirty.add(partition)
-        return fresh
+        return valid, fresh
+
+    def _learn_domain(self, domain: str) -> tuple[int, int, int, bool]:
+        """(url_key checksum bits, dedupe partition, scheduler partition, can name a frontier file)."""
+        if len(self._domain_facts) >= _DOMAIN_FACTS_MAX:
+            self._domain_facts.clear()
+        try:
+            validate_domain(domain)
+            fileable = True
+        except InvalidDomain:
+            fileable = False
+        facts = (
+            compose_key(domain_checksum(domain), 0),
+            partition_for(domain, self.dedupe_partitions),
+            partition_for(domain, self.scheduler_partitions),
+            fileable,
+        )
+        self._domain_facts[domain] = facts
+        return facts
 
     def _import_content(self, url: str, value: Any, status: int | None, ts_ms: int | None, table: TableReport) -> None:
         if not isinstance(value, str) or not value.strip():
@@ -642,4 +741,3 @@ class PostgresMigrator:
             self._store = self._open_store()
         self._store.put(url, body, status=status, fetched_at_ms=ts_ms)
         table.details["content_imported"] += 1
-

@@ -180,9 +180,10 @@ class PostgresSource:
 
     # -- streaming ------------------------------------------------------------------------
 
-    def stream(self, spec: TableSpec, after: Key | None) -> Iterator[list[tuple[Key, tuple[Any, ...]]]]:
-        """Batches of (key, row) in key order, starting after ``after``; ``row`` has
-        ``spec.columns`` in order (NULL for a missing optional column)."""
+    def stream(self, spec: TableSpec, after: Key | None) -> Iterator[tuple[list[tuple[Any, ...]], Key]]:
+        """Batches of rows in key order, starting after ``after``, each with the key of its last
+        row (what a checkpoint records); a row has ``spec.columns`` in order (NULL for a missing
+        optional column). Only the last row's key is built: one slice per row, not two tuples."""
         query, params = self._select(spec, after)
         width = spec.key_width
         name = f"crawlstream_migrate_{spec.name}"
@@ -194,7 +195,7 @@ class PostgresSource:
                     rows = cur.fetchmany(self.batch_rows)
                     if not rows:
                         break
-                    yield [(tuple(r[:width]), tuple(r[width:])) for r in rows]
+                    yield [r[width:] for r in rows], tuple(rows[-1][:width])
             self._conn.commit()
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(f"reading {spec.name} failed ({_first_line(exc)}); run again to resume") from exc

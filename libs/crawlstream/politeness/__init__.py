@@ -17,7 +17,6 @@ from crawlstream.politeness._refetch import (
     REFETCH_SOURCE,
     RefetchBatch,
     read_refetch_urls,
-    refetch_events,
     send_refetch,
 )
 from crawlstream.politeness._revisit import RevisitFiles, Validators
@@ -51,6 +50,5 @@ __all__ = [
     "Scheduler",
     "Validators",
     "read_refetch_urls",
-    "refetch_events",
     "send_refetch",
 ]

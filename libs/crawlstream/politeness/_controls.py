@@ -30,13 +30,17 @@ from crawlstream.politeness._scheduler import _Keys
 
 __all__ = ["Controls", "DomainOverride", "ExcludedDomains"]
 
-# Put a domain back in its partition's ready queue at its next fetch time unless it is there:
-# the claim script decides whether it may really go (it drops it otherwise). KEYS: domains,
-# ready, domain hash. ARGV: domain, now.
+# Put a domain back in its partition's ready queue (``pready`` while its priority lane has
+# unread records) at its next fetch time unless it is there: the claim script decides whether
+# it may really go (it drops it otherwise). KEYS: domains, ready, domain hash, pready.
+# ARGV: domain, now.
 _POKE = """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
-local at = tonumber(redis.call('HGET', KEYS[3], 'next')) or tonumber(ARGV[2])
-return redis.call('ZADD', KEYS[2], 'NX', at, ARGV[1])
+local v = redis.call('HMGET', KEYS[3], 'next', 'lo', 'ls')
+local at = tonumber(v[1]) or tonumber(ARGV[2])
+local queue = KEYS[2]
+if v[2] and v[3] and tonumber(v[2]) < tonumber(v[3]) then queue = KEYS[4] end
+return redis.call('ZADD', queue, 'NX', at, ARGV[1])
 """
 
 
@@ -194,7 +198,7 @@ class Controls:
         for p in self._partitions():
             keys = _Keys(p)
             for d in domains:
-                self._poke(keys=[keys.domains, keys.ready, keys.domain(d)], args=[d, now_ms], client=pipe)
+                self._poke(keys=[keys.domains, keys.ready, keys.domain(d), keys.pready], args=[d, now_ms], client=pipe)
         return sum(int(n) for n in pipe.execute())
 
     def partitions_of(self, domain: str) -> list[int]:

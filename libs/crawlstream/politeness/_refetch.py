@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import IO
 
 from crawlstream.errors import ConfigError, InvalidUrl
-from crawlstream.events import DiscoveredUrl, EventProducer
+from crawlstream.events import EventProducer
 from crawlstream.topics import URLS_FRONTIER
-from crawlstream.urls import canonicalize, url_key
+from crawlstream.urls import canonicalize
 
-__all__ = ["REFETCH_SOURCE", "RefetchBatch", "read_refetch_urls", "refetch_events", "send_refetch"]
+__all__ = ["REFETCH_SOURCE", "RefetchBatch", "read_refetch_urls", "send_refetch"]
 
 REFETCH_SOURCE = "refetch"
 """``DiscoveredUrl.source`` of a URL sent past dedupe: the scheduler fetches it unconditionally."""
@@ -123,28 +123,11 @@ def _take(raw: bytes, batch: RefetchBatch, seen: set[str]) -> None:
     batch.urls.append(url)
 
 
-def refetch_events(urls: Iterable[str], now_ms: int, dataset_id: int | None) -> list[DiscoveredUrl]:
-    """Depth-0 ``source="refetch"`` events for canonical ``urls``."""
-    events = []
-    for url in urls:
-        canonical = canonicalize(url)
-        events.append(
-            DiscoveredUrl(
-                url=canonical.url,
-                domain=canonical.domain,
-                url_key=url_key(canonical),
-                depth=0,
-                discovered_at_ms=now_ms,
-                source=REFETCH_SOURCE,
-                dataset_id=dataset_id,
-            )
-        )
-    return events
-
-
 def send_refetch(out: EventProducer, urls: Sequence[str], dataset_id: int | None) -> int:
     """Send ``urls`` to ``urls.frontier`` and flush: a URL reported sent is on the bus."""
-    events = refetch_events(urls, int(time.time() * 1000), dataset_id)
+    from crawlstream.crawl._seeds import seed_events  # the same depth-0 events, another source
+
+    events = seed_events(urls, int(time.time() * 1000), dataset_id, source=REFETCH_SOURCE)
     for event in events:
         out.send(URLS_FRONTIER, event)
     out.flush()

@@ -8,7 +8,11 @@ Redis layout per partition ``p`` (all O(domains), never O(URLs))::
                                    cdel rtt bo   (robots Crawl-delay ms, last response ms, back-off level)
                                    pages         (pages dispatched, counted against the budget)
                                    lt            (last dispatch at, ms: a delay override counts from it)
+                                   lg lo ls      (priority lane file: generation, read offset, size)
+                                   lp lz         (priority of the lane's next and of its last record)
     cs:sched:{p}:ready       ZSET  domain -> next fetch at (ms); only domains that may be fetched
+    cs:sched:{p}:pready      ZSET  the same for domains whose priority lane has unread records:
+                                   claimed before ``ready``, highest ``lp`` first
     cs:sched:{p}:domains     SET   every domain with a frontier file in p (for load_partition)
     cs:sched:{p}:inflight    HASH  "domain\\nurl" -> frontier record of the ticket (for retries)
     cs:sched:{p}:leases      ZSET  "domain\\nurl" -> lease deadline (ms); expired = a lost request
@@ -19,6 +23,15 @@ Redis layout per partition ``p`` (all O(domains), never O(URLs))::
 With ``revisit_after_s`` > 0 every page fetched (2xx, or 304 to a revisit) is put back in its
 domain's frontier that long after, carrying its ETag / Last-Modified / body hash for a
 conditional request; the schedule itself is on disk (``RevisitFiles``, ``<data_dir>/revisit``).
+
+Priority (issue 14, ADR 016): an entry with ``priority`` > 0 goes to its domain's priority lane
+(``FrontierFiles`` with ``lane=True``), kept in read order (highest priority, then arrival) by
+appending when the new records sort last and by a rewrite (generation + 1, the compaction's
+crash-safe steps) when one must go before unread records. A domain reads its lane before its
+FIFO file, and while the lane has unread records it waits in ``pready``, which the claim
+empties first. Politeness does not change: one claim per domain, the same delays and slots. A
+ticket from the lane carries its priority after the record (``_ticket_record``), so a retry
+or a parked URL goes back to the lane.
 
 Caller's contract (the scheduler service): one instance owns a partition at a time
 (``load_partition`` on assign; ``flush_partition`` then ``drop_partition`` on revoke;
@@ -43,7 +56,10 @@ again (the URL may be fetched twice; the stores downstream are idempotent by url
 
 from __future__ import annotations
 
+import heapq
 import logging
+import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -58,6 +74,7 @@ import redis
 from crawlstream.errors import ChecksumMismatch, InvalidDomain, RedisUnavailable
 from crawlstream.frontier import (
     HEADER_SIZE,
+    LANE_SUFFIX,
     FileState,
     FrontierEntry,
     FrontierFiles,
@@ -80,16 +97,20 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
-# Claim up to ARGV[2] due domains: each leaves the ready queue; those that may send another
+# Claim up to ARGV[2] due domains: each leaves its ready queue; those that may send another
 # request get rd=1 (the claim) and infl+1 and are returned with their file state, next fetch
-# time and delay override, flat: domain, gen, off, size, next, delay, domain, ... Atomic, so
-# two callers never claim the same domain. Operator controls are read here, in the server,
-# so every scheduler honours a change at its next claim (ADR 016): an excluded domain only
-# leaves the queue; an override replaces max in flight and the page budget, and a delay
-# override holds the domain until that long after its last dispatch (``lt``). When the run
-# has a page budget (cs:ctl:crawl) at most limit - used domains are claimed.
+# time, delay override and lane state, flat: domain, gen, off, size, next, delay, lg, lo, ls,
+# domain, ... Atomic, so two callers never claim the same domain. Domains whose next URL is in
+# their priority lane (the ``pready`` queue) are taken first, highest lane priority first, then
+# the earliest due; then the others (``ready``) by due time. Operator controls are read here,
+# in the server, so every scheduler honours a change at its next claim (ADR 016): an excluded
+# domain only leaves the queue; an override replaces max in flight and the page budget, and a
+# delay override holds the domain until that long after its last dispatch (``lt``). When the
+# run has a page budget (cs:ctl:crawl) at most limit - used domains are claimed.
+# KEYS: ready, pready.
 _CLAIM = """
 local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
 local max_in_flight = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
 local hdr = tonumber(ARGV[6])
@@ -99,24 +120,43 @@ if crawl[1] then
   left = tonumber(crawl[1]) - (tonumber(crawl[2]) or 0)
   if left <= 0 then return {} end
 end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local hot = #due
+if hot > 1 then
+  local lp, pos = {}, {}
+  for i, d in ipairs(due) do
+    lp[d] = tonumber(redis.call('HGET', ARGV[5] .. d, 'lp')) or 0
+    pos[d] = i
+  end
+  table.sort(due, function(a, b)
+    if lp[a] ~= lp[b] then return lp[a] > lp[b] end
+    return pos[a] < pos[b]
+  end)
+end
+if hot < limit then
+  for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit - hot)) do
+    due[#due + 1] = d
+  end
+end
 local out = {}
 local claimed = 0
-for _, d in ipairs(due) do
+for i, d in ipairs(due) do
   if left ~= nil and claimed >= left then break end
-  redis.call('ZREM', KEYS[1], d)
+  local queue = KEYS[1]
+  if i <= hot then queue = KEYS[2] end
+  redis.call('ZREM', queue, d)
   if redis.call('SISMEMBER', '@EXCLUDED@', d) == 0 then
     local o = redis.call('HMGET', '@OVERRIDE@' .. d, 'delay', 'infl', 'pages')
     local h = ARGV[5] .. d
-    local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next', 'lt')
+    local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next', 'lt', 'lg', 'lo', 'ls')
     local infl = tonumber(v[1]) or 0
     if (not v[5]) and infl < (tonumber(o[2]) or max_in_flight)
-        and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
+        and ((tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr) or (tonumber(v[10]) or hdr) < (tonumber(v[11]) or hdr))
         and (tonumber(v[4]) or 0) < (tonumber(o[3]) or budget) then
       local hold = nil
       if o[1] and v[8] then hold = tonumber(v[8]) + tonumber(o[1]) end
       if hold ~= nil and now < hold then
-        redis.call('ZADD', KEYS[1], hold, d)
+        redis.call('ZADD', queue, hold, d)
       else
         redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
         claimed = claimed + 1
@@ -126,6 +166,9 @@ for _, d in ipairs(due) do
         out[#out + 1] = v[3] or ''
         out[#out + 1] = v[7] or ''
         out[#out + 1] = o[1] or ''
+        out[#out + 1] = v[9] or ''
+        out[#out + 1] = v[10] or ''
+        out[#out + 1] = v[11] or ''
       end
     end
   end
@@ -135,13 +178,15 @@ if left ~= nil and claimed > 0 then
 end
 return out
 """
+_CLAIM_WIDTH = 9  # values per claimed domain in the claim's answer
 
-# requeue(): put a domain in the ready queue at its next fetch time iff it may send a
-# request now or later (not excluded, slot free, unread records, budget left) and nobody
-# holds its claim; else take it out (-2: excluded, its records stay parked in the file).
-# ``release`` drops the caller's own claim first.
+# requeue(): put a domain in a ready queue at its next fetch time iff it may send a request
+# now or later (not excluded, slot free, unread records, budget left) and nobody holds its
+# claim; else take it out (-2: excluded, its records stay parked in the files). The queue is
+# ``pready`` while its priority lane has unread records (they go first), else ``ready``; the
+# domain leaves the other. ``release`` drops the caller's own claim first.
 _REQUEUE_FN = """
-local function requeue(ready, h, domain, now, max_in_flight, budget, hdr, release)
+local function requeue(ready, pready, h, domain, now, max_in_flight, budget, hdr, release)
   if release == '1' then
     redis.call('HDEL', h, 'rd')
   elseif redis.call('HEXISTS', h, 'rd') == 1 then
@@ -149,45 +194,60 @@ local function requeue(ready, h, domain, now, max_in_flight, budget, hdr, releas
   end
   if redis.call('SISMEMBER', '@EXCLUDED@', domain) == 1 then
     redis.call('ZREM', ready, domain)
+    redis.call('ZREM', pready, domain)
     return -2
   end
   local o = redis.call('HMGET', '@OVERRIDE@' .. domain, 'delay', 'infl', 'pages')
-  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next', 'lt')
+  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next', 'lt', 'lo', 'ls')
   local infl = tonumber(v[1]) or 0
   if infl < 0 then
     redis.call('HSET', h, 'infl', 0)
     infl = 0
   end
-  if infl < (tonumber(o[2]) or tonumber(max_in_flight)) and (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr)
+  local lane = (tonumber(v[7]) or hdr) < (tonumber(v[8]) or hdr)
+  if infl < (tonumber(o[2]) or tonumber(max_in_flight))
+      and (lane or (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr))
       and (tonumber(v[4]) or 0) < (tonumber(o[3]) or tonumber(budget)) then
     local at = tonumber(v[5]) or tonumber(now)
     if o[1] and v[6] and tonumber(v[6]) + tonumber(o[1]) > at then
       at = tonumber(v[6]) + tonumber(o[1])
     end
-    redis.call('ZADD', ready, at, domain)
+    if lane then
+      redis.call('ZADD', pready, at, domain)
+      redis.call('ZREM', ready, domain)
+    else
+      redis.call('ZADD', ready, at, domain)
+      redis.call('ZREM', pready, domain)
+    end
     return 1
   end
   redis.call('ZREM', ready, domain)
+  redis.call('ZREM', pready, domain)
   return 0
 end
 """
 
-# KEYS: ready, domain hash. ARGV: domain, now, max_in_flight, budget, release, header size.
+# KEYS: ready, domain hash, pready. ARGV: domain, now, max_in_flight, budget, release, header size.
 _REQUEUE = (
     _REQUEUE_FN
     + """
-return requeue(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[5])
+return requeue(KEYS[1], KEYS[3], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[5])
 """
 )
 
 # Record one dispatch (or an empty read) in one atomic step. KEYS: ready, domain hash,
-# inflight, leases. ARGV[1..6] as _REQUEUE, then: new offset, next fetch at, ticket field,
-# ticket record ('' = no ticket: give the slot, and the run's page, back), lease deadline.
+# inflight, leases, pready. ARGV[1..6] as _REQUEUE, then: new offset, next fetch at, ticket
+# field, ticket record ('' = no ticket: give the slot, and the run's page, back), lease
+# deadline, the offset's field ('off', or 'lo' for the lane), the lane's next priority ('' =
+# unchanged).
 _DISPATCH = (
     _REQUEUE_FN
     + """
 local h = KEYS[2]
-redis.call('HSET', h, 'off', ARGV[7])
+redis.call('HSET', h, ARGV[12], ARGV[7])
+if ARGV[13] ~= '' then
+  redis.call('HSET', h, 'lp', ARGV[13])
+end
 if ARGV[9] ~= '' then
   redis.call('HINCRBY', h, 'pages', 1)
   redis.call('HSET', h, 'next', ARGV[8], 'lt', ARGV[2])
@@ -200,16 +260,18 @@ else
   end
 end
 if ARGV[5] == '1' then
-  return requeue(KEYS[1], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '1')
+  return requeue(KEYS[1], KEYS[5], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '1')
 end
 return 0
 """
 )
 
-# Close one ticket in one atomic step. KEYS: ready, domain hash, inflight, leases.
+# Close one ticket in one atomic step. KEYS: ready, domain hash, inflight, leases, pready.
 # ARGV[1..6] as _REQUEUE, then: ticket field, next fetch at, back-off level, Crawl-delay ms,
 # last response ms, new file size ('' = no retry appended; else the page is refunded),
-# '1' when no page was fetched (the run's page budget gets it back).
+# '1' when no page was fetched (the run's page budget gets it back), the size's field
+# ('size', or 'ls' when the URL went back to the lane; the caller's HSET before this call
+# stores the lane's other fields).
 _COMPLETE = (
     _REQUEUE_FN
     + """
@@ -219,26 +281,27 @@ redis.call('ZREM', KEYS[4], ARGV[7])
 redis.call('HINCRBY', h, 'infl', -1)
 redis.call('HSET', h, 'next', ARGV[8], 'bo', ARGV[9], 'cdel', ARGV[10], 'rtt', ARGV[11])
 if ARGV[12] ~= '' then
-  redis.call('HSET', h, 'size', ARGV[12])
+  redis.call('HSET', h, ARGV[14], ARGV[12])
   redis.call('HINCRBY', h, 'pages', -1)
 end
 if ARGV[13] == '1' and redis.call('EXISTS', '@CRAWL@') == 1 then
   redis.call('HINCRBY', '@CRAWL@', 'used', -1)
 end
-return requeue(KEYS[1], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '0')
+return requeue(KEYS[1], KEYS[5], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '0')
 """
 )
 
 
-# hold_until(): raise a domain's next fetch time (never lower it) and, if it waits in the ready
-# queue, move it there too (XX GT: only if queued, only later). KEYS: domain hash, ready.
-# ARGV: domain, at (ms). Returns 1 when the time moved.
+# hold_until(): raise a domain's next fetch time (never lower it) and, if it waits in a ready
+# queue, move it there too (XX GT: only if queued, only later). KEYS: domain hash, ready,
+# pready. ARGV: domain, at (ms). Returns 1 when the time moved.
 _HOLD = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local at = tonumber(ARGV[2])
 if cur ~= nil and cur >= at then return 0 end
 redis.call('HSET', KEYS[1], 'next', at)
 redis.call('ZADD', KEYS[2], 'XX', 'GT', at, ARGV[1])
+redis.call('ZADD', KEYS[3], 'XX', 'GT', at, ARGV[1])
 return 1
 """
 
@@ -290,11 +353,12 @@ class _Script:
 
 
 class _Keys:
-    __slots__ = ("domains", "hash_prefix", "inflight", "leases", "ready", "revisit_cursor", "validators")
+    __slots__ = ("domains", "hash_prefix", "inflight", "leases", "pready", "ready", "revisit_cursor", "validators")
 
     def __init__(self, partition: int) -> None:
         base = f"cs:sched:{int(partition)}:"
         self.ready = base + "ready"
+        self.pready = base + "pready"
         self.domains = base + "domains"
         self.inflight = base + "inflight"
         self.leases = base + "leases"
@@ -309,6 +373,29 @@ class _Keys:
 def _ticket_field(domain: str, url: str) -> bytes:
     """A ticket's field in ``inflight`` and ``leases`` (any URL round-trips: surrogates kept)."""
     return f"{domain}\n{url}".encode("utf-8", "surrogatepass")
+
+
+_TICKET_PRIORITY = struct.Struct("<i")
+
+
+def _ticket_record(entry: FrontierEntry) -> bytes:
+    """A ticket's value in ``inflight``: the frontier record, then the priority (4 bytes) of a
+    lane entry. The suffix is shorter than a record prefix, so a reader that does not know it
+    decodes the record and stops there."""
+    record = encode_record(entry)
+    return record + _TICKET_PRIORITY.pack(entry.priority) if entry.priority > 0 else record
+
+
+def _ticket_entry(raw: bytes, domain: str) -> FrontierEntry:
+    """The entry of a ticket value written by ``_ticket_record``."""
+    entry, end = decode_records(raw, domain, limit=1)[0][0]
+    if len(raw) - end == _TICKET_PRIORITY.size:
+        entry = replace(entry, priority=_TICKET_PRIORITY.unpack_from(raw, end)[0])
+    return entry
+
+
+def _lane_order(entry: FrontierEntry) -> int:
+    return -entry.priority
 
 
 def open_tickets(client: redis.Redis, requests: Sequence[tuple[int, str, str]]) -> list[bool | None]:
@@ -473,7 +560,11 @@ class Scheduler:
         pipe = self.redis.pipeline(transaction=False)
         for d in domains:
             pipe.hset(keys.domain(d), "infl", in_flight.get(d, 0))
-            self._requeue(keys=[keys.ready, keys.domain(d)], args=self._requeue_args(d, now, release=True), client=pipe)
+            self._requeue(
+                keys=[keys.ready, keys.domain(d), keys.pready],
+                args=self._requeue_args(d, now, release=True),
+                client=pipe,
+            )
         pipe.execute()
 
     def flush_partition(self, partition: int) -> int:
@@ -498,7 +589,7 @@ class Scheduler:
         keys = _Keys(partition)
         pipe = self.redis.pipeline(transaction=False)
         for domain, at_ms in next_fetch_ms.items():
-            self._hold(keys=[keys.domain(domain), keys.ready], args=[domain, int(at_ms)], client=pipe)
+            self._hold(keys=[keys.domain(domain), keys.ready, keys.pready], args=[domain, int(at_ms)], client=pipe)
         try:
             return sum(int(n) for n in pipe.execute())
         except redis.RedisError as exc:
@@ -507,20 +598,21 @@ class Scheduler:
     def adopt_files(self, partition: int, domains: Sequence[str]) -> int:
         """Make Redis agree with the files of ``domains`` after a writer died between appending
         (``enqueue``) and recording the append: re-check each file, register the domain and queue
-        it. Returns how many domains have unread records."""
+        it. Returns how many domains have unread records (in their file or priority lane)."""
         keys = _Keys(partition)
         now = self.now_ms()
         ready = 0
         with self._lock(partition):
             try:
                 for domain in domains:
-                    self._verified.setdefault(partition, set()).discard(domain)
-                    row = list(self.redis.hmget(keys.domain(domain), "gen", "off", "size"))
+                    self._verified.setdefault(partition, set()).difference_update((domain, domain + LANE_SUFFIX))
+                    row = list(self.redis.hmget(keys.domain(domain), "gen", "off", "size", "lg", "lo", "ls"))
                     state = self._reconciled(partition, domain, row, keys)
-                    if state.unread_bytes > 0:
+                    lane, _, _ = self._reconciled_lane(partition, domain, row[3:6], keys, None)
+                    if state.unread_bytes > 0 or lane.unread_bytes > 0:
                         self.redis.sadd(keys.domains, domain)
                         self._requeue(
-                            keys=[keys.ready, keys.domain(domain)],
+                            keys=[keys.ready, keys.domain(domain), keys.pready],
                             args=self._requeue_args(domain, now),
                             client=self.redis,
                         )
@@ -557,34 +649,42 @@ class Scheduler:
             try:
                 read = self.redis.pipeline(transaction=False)
                 for d in by_domain:
-                    read.hmget(keys.domain(d), "gen", "off", "size", "pages", "infl")
+                    read.hmget(keys.domain(d), "gen", "off", "size", "pages", "infl", "lg", "lo", "ls", "lp", "lz")
                     read.hget(OVERRIDE_PREFIX + d, "pages")
                 replies = read.execute()
                 rows = [[*row, budget] for row, budget in zip(replies[0::2], replies[1::2], strict=True)]
                 pipe = self.redis.pipeline(transaction=False)
-                parked: list[int] = []
+                parked: list[tuple[int, int]] = []  # (index of the domain's requeue reply, URLs stored)
                 for (domain, group), row in zip(by_domain.items(), rows, strict=True):
-                    if _int(row[3]) >= _int(row[5], self.max_pages) and _int(row[4]) <= 0:
+                    if _int(row[3]) >= _int(row[10], self.max_pages) and _int(row[4]) <= 0:
                         self.stats["skipped_budget"] += len(group)
                         continue
-                    state = self._reconciled(partition, domain, row, keys)
-                    new = self.files.append(partition, domain, group, state)
-                    pipe.hset(keys.domain(domain), "size", new.size)
-                    pipe.hsetnx(keys.domain(domain), "gen", new.generation)
-                    pipe.hsetnx(keys.domain(domain), "off", new.offset)
+                    fifo = [e for e in group if e.priority <= 0]
+                    lane = [e for e in group if e.priority > 0]
+                    h = keys.domain(domain)
+                    if fifo:
+                        state = self._reconciled(partition, domain, row, keys)
+                        new = self.files.append(partition, domain, fifo, state)
+                        pipe.hset(h, "size", new.size)
+                        pipe.hsetnx(h, "gen", new.generation)
+                        pipe.hsetnx(h, "off", new.offset)
+                    if lane:
+                        bounds = (_int(row[8]), _int(row[9]))
+                        lane_state, lp, lz = self._reconciled_lane(partition, domain, row[5:8], keys, bounds)
+                        new, lp, lz = self._lane_insert(partition, keys, domain, lane_state, lp, lz, lane)
+                        pipe.hset(
+                            h, mapping={"lg": new.generation, "lo": new.offset, "ls": new.size, "lp": lp, "lz": lz}
+                        )
+                        self.stats["enqueued_priority"] += len(lane)
                     pipe.sadd(keys.domains, domain)
-                    self._requeue(
-                        keys=[keys.ready, keys.domain(domain)],
-                        args=self._requeue_args(domain, now),
-                        client=pipe,
-                    )
-                    parked.append(len(group))
+                    parked.append((len(pipe), len(group)))
+                    self._requeue(keys=[keys.ready, h, keys.pready], args=self._requeue_args(domain, now), client=pipe)
                     accepted += len(group)
                 if unconditional and self.revisits is not None:
                     pipe.hdel(keys.validators, *(_ticket_field(e.domain, e.url) for e in entries))
-                # the last reply of each domain is its requeue: -2 = excluded, the URLs wait parked
-                requeued = pipe.execute()[4 : 5 * len(parked) : 5]
-                self.stats["parked_excluded"] += sum(n for n, r in zip(parked, requeued, strict=True) if int(r) == -2)
+                # a requeue answering -2 (excluded): the URLs wait parked in the files
+                answers = pipe.execute()
+                self.stats["parked_excluded"] += sum(n for i, n in parked if int(answers[i]) == -2)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"enqueue to scheduler partition {partition} failed ({exc})") from exc
         self.stats["enqueued"] += accepted
@@ -614,7 +714,7 @@ class Scheduler:
                     keys = _Keys(partition)
                     pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
                     self._claim(
-                        keys=[keys.ready],
+                        keys=[keys.ready, keys.pready],
                         args=[now, limit, self.max_in_flight, self.max_pages, keys.hash_prefix, HEADER_SIZE],
                         client=pipe,
                     )
@@ -625,8 +725,9 @@ class Scheduler:
                     if expired:
                         self._reclaim_expired(partition, expired)
                     if flat:
+                        w = _CLAIM_WIDTH
                         claimed[partition] = [
-                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + 6]]) for j in range(0, len(flat), 6)
+                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + w]]) for j in range(0, len(flat), w)
                         ]
                 if not claimed:
                     return []
@@ -675,29 +776,49 @@ class Scheduler:
         #    the file meanwhile);
         # 4. release the claims, putting each domain back in the ready queue if it may fetch.
         #    Domains not being compacted do 2 and 4 in the same Lua call.
+        # The claimed domain reads its priority lane while that has unread records, else its file.
         tickets: list[FetchTicket] = []
         pipe = self.redis.pipeline(transaction=False)
-        to_compact: list[tuple[int, str, FileState]] = []
+        to_compact: list[tuple[int, str, FileState, bool]] = []
         for partition, rows in claimed.items():
             keys = _Keys(partition)
-            for domain, row in rows:  # row: gen, off, size, next, delay override (from the claim)
-                state = self._reconciled(partition, domain, row, keys)
-                entry, offset = self._next_record(partition, domain, state)  # 1.
+            for domain, row in rows:  # row: gen, off, size, next, delay override, lg, lo, ls (from the claim)
+                lane = False
+                head = ""  # the lane's next priority after this dispatch ('' = not read from the lane)
+                if _int(row[6], HEADER_SIZE) < _int(row[7], HEADER_SIZE):
+                    state, _, _ = self._reconciled_lane(partition, domain, row[5:8], keys, None)
+                    lane = state.unread_bytes > 0
+                if not lane:
+                    state = self._reconciled(partition, domain, row, keys)
+                entry, offset = self._next_record(partition, domain, state, lane=lane)  # 1.
+                if lane:
+                    head = str(self._lane_head(partition, domain, FileState(state.generation, offset, state.size)))
                 consumed = offset - HEADER_SIZE
                 compact = consumed >= self.compact_min_bytes and consumed * 2 > state.size - HEADER_SIZE
                 if compact:
-                    to_compact.append((partition, domain, FileState(state.generation, offset, state.size)))
+                    to_compact.append((partition, domain, FileState(state.generation, offset, state.size), lane))
                 field: bytes | str = ""
                 record: bytes | str = ""
                 deadline = now + self.lease_ms
                 if entry is not None:
                     field = _ticket_field(domain, entry.url)
-                    record = encode_record(entry)
+                    record = _ticket_record(entry)
                     tickets.append(FetchTicket(partition, entry, now, deadline))
                 next_at = max(_int(row[3]), now + _int(row[4], self.min_delay_ms))
-                args = [*self._requeue_args(domain, now, release=not compact), offset, next_at, field, record, deadline]
+                args = [
+                    *self._requeue_args(domain, now, release=not compact),
+                    offset,
+                    next_at,
+                    field,
+                    record,
+                    deadline,
+                    "lo" if lane else "off",
+                    head,
+                ]
                 self._dispatch_script(  # 2. (and 4. unless compacting)
-                    keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases], args=args, client=pipe
+                    keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases, keys.pready],
+                    args=args,
+                    client=pipe,
                 )
         if self.revisits is not None and tickets:  # a revisit's validators ride along (same round trip)
             for ticket in tickets:
@@ -708,12 +829,14 @@ class Scheduler:
             pipe.execute()
         if to_compact:
             release = self.redis.pipeline(transaction=False)
-            for partition, domain, state in to_compact:
+            for partition, domain, state, lane in to_compact:
                 keys = _Keys(partition)
-                new = self.files.compact(partition, domain, state)  # 3.
-                release.hset(keys.domain(domain), mapping={"gen": new.generation, "off": new.offset, "size": new.size})
+                new = self.files.compact(partition, domain, state, lane=lane)  # 3.
+                names = ("lg", "lo", "ls") if lane else ("gen", "off", "size")
+                values = (new.generation, new.offset, new.size)
+                release.hset(keys.domain(domain), mapping=dict(zip(names, values, strict=True)))
                 self._requeue(  # 4.
-                    keys=[keys.ready, keys.domain(domain)],
+                    keys=[keys.ready, keys.domain(domain), keys.pready],
                     args=self._requeue_args(domain, now, release=True),
                     client=release,
                 )
@@ -722,12 +845,16 @@ class Scheduler:
         self.stats["dispatched"] += len(tickets)
         return tickets
 
-    def _next_record(self, partition: int, domain: str, state: FileState) -> tuple[FrontierEntry | None, int]:
+    def _next_record(
+        self, partition: int, domain: str, state: FileState, *, lane: bool = False
+    ) -> tuple[FrontierEntry | None, int]:
         """The first record at or after ``state.offset`` within ``max_depth`` and the offset after it."""
         offset = state.offset
         while offset < state.size:
             try:
-                got = self.files.read(partition, domain, FileState(state.generation, offset, state.size), limit=8)
+                got = self.files.read(
+                    partition, domain, FileState(state.generation, offset, state.size), limit=8, lane=lane
+                )
             except ChecksumMismatch as exc:
                 self.stats["damaged_files"] += 1
                 logger.error("frontier %s (partition %d): %s; skipping its unread records", domain, partition, exc)
@@ -738,6 +865,52 @@ class Scheduler:
                     return entry, offset
                 self.stats["skipped_depth"] += 1
         return None, offset
+
+    def _lane_head(self, partition: int, domain: str, state: FileState) -> int:
+        """The priority of the lane's record at ``state.offset`` (0: none; the claim's tie-break)."""
+        try:
+            got = self.files.read(partition, domain, state, limit=1, lane=True)
+        except ChecksumMismatch:
+            return 0  # _next_record reports the damage when it gets there
+        return got[0][0].priority if got else 0
+
+    def _lane_insert(
+        self,
+        partition: int,
+        keys: _Keys,
+        domain: str,
+        state: FileState,
+        lp: int,
+        lz: int,
+        entries: Sequence[FrontierEntry],
+    ) -> tuple[FileState, int, int]:
+        """Add ``entries`` to the priority lane keeping its read order (priority, then arrival);
+        returns the new state and the priorities of its next and last records (``lp``, ``lz``).
+
+        Appends when every new entry sorts after the unread ones (no higher priority than the
+        last, ``lz``: the usual case, a migration's ordered rows included); the caller stores
+        the state (a crash before that leaves bytes past the stored size, which ``reconcile``
+        adopts). Otherwise rewrites the unread records merged with the new ones as generation
+        + 1 (``FrontierFiles.rewrite``) and stores the state at once, like a compaction: a
+        crash between the rename and that write is repaired by ``reconcile``."""
+        ordered = sorted(entries, key=_lane_order)  # stable: arrival order within a priority
+        if state.unread_bytes == 0 or ordered[0].priority <= lz:
+            new = self.files.append(partition, domain, ordered, state, lane=True)
+            return new, ordered[0].priority if state.unread_bytes == 0 else lp, ordered[-1].priority
+        try:
+            unread = [e for e, _ in self.files.read(partition, domain, state, sys.maxsize, lane=True)]
+        except ChecksumMismatch as exc:
+            self.stats["damaged_files"] += 1
+            logger.error("frontier lane %s (partition %d): %s; dropping its unread records", domain, partition, exc)
+            unread = []
+        merged = list(heapq.merge(unread, ordered, key=_lane_order))  # ties: the unread ones first
+        new = self.files.rewrite(partition, domain, state, merged)
+        lp, lz = merged[0].priority, merged[-1].priority
+        self.redis.hset(
+            keys.domain(domain), mapping={"lg": new.generation, "lo": new.offset, "ls": new.size, "lp": lp, "lz": lz}
+        )
+        self.stats["lane_rewrites"] += 1
+        return new, lp, lz
 
     def complete(self, partition: int, domain: str, url: str, outcome: FetchOutcome) -> list[FrontierEntry]:
         """Release the slot of the ticket for ``url``, set the domain's next fetch time, and
@@ -774,6 +947,7 @@ class Scheduler:
                     for d in domains:
                         read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
                         read.hget(OVERRIDE_PREFIX + d, "delay")
+                        read.hmget(keys.domain(d), "lg", "lo", "ls", "lp", "lz")
                     plan.append((partition, keys, fields, domains))
                 replies = iter(read.execute())
                 pipe = self.redis.pipeline(transaction=False)
@@ -783,8 +957,9 @@ class Scheduler:
                     previous = next(replies) if self.revisits is not None else [None] * len(fields)
                     revisits: list[RevisitRecord] = []
                     # Domain rows are updated in place as the batch goes, so two results of one
-                    # domain compose (the second sees the first's back-off and file size).
-                    row_of = {d: [*next(replies), next(replies)] for d in domains}  # + delay override
+                    # domain compose (the second sees the first's back-off and file size). A row:
+                    # gen off size next cdel bo, the delay override, then lg lo ls lp lz (the lane).
+                    row_of = {d: [*next(replies), next(replies), *next(replies)] for d in domains}
                     done: set[bytes] = set()
                     for (domain, url, outcome), field, raw, before in zip(
                         results[partition], fields, raws, previous, strict=True
@@ -822,7 +997,7 @@ class Scheduler:
         now: int,
         pipe: Any,
     ) -> FrontierEntry | None:
-        entry = decode_records(raw, domain)[0][0][0]
+        entry = _ticket_entry(raw, domain)
         if outcome.excluded:  # nothing was fetched: the politeness state stays as it was
             next_at, backoff_level, crawl_delay_ms = max(_int(row[3]), now), _int(row[5]), _int(row[4])
         else:
@@ -832,25 +1007,21 @@ class Scheduler:
         row[3], row[4], row[5] = next_at, crawl_delay_ms, backoff_level
         retry = None
         new_size: int | str = ""
+        size_field = "size"
         if outcome.excluded:
-            # Parked: the URL goes back to the file as it was (same attempt, page refunded) and
-            # is fetched once the domain is included again.
-            state = self._reconciled(partition, domain, row, keys)
-            new = self.files.append(partition, domain, [entry], state)
-            row[0], row[1], row[2] = new.generation, new.offset, new.size
-            new_size = new.size
+            # Parked: the URL goes back to the file (or lane) as it was (same attempt, page
+            # refunded) and is fetched once the domain is included again.
+            new_size, size_field = self._put_back(partition, keys, domain, row, entry, pipe)
             self.stats["parked_excluded"] += 1
         elif outcome.retryable and entry.attempt < self.max_retries:
             retry = replace(entry, attempt=entry.attempt + 1)
-            state = self._reconciled(partition, domain, row, keys)
-            new = self.files.append(partition, domain, [retry], state)
-            row[0], row[1], row[2] = new.generation, new.offset, new.size
-            new_size = new.size  # the retry spends the same page of the budget: refunded
+            # the retry spends the same page of the budget: refunded
+            new_size, size_field = self._put_back(partition, keys, domain, row, retry, pipe)
             self.stats["retried"] += 1
         elif outcome.retryable:
             self.stats["gave_up"] += 1
         self._complete_script(
-            keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases],
+            keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases, keys.pready],
             args=[
                 *self._requeue_args(domain, now),
                 field,
@@ -860,11 +1031,30 @@ class Scheduler:
                 int(outcome.elapsed_ms),
                 new_size,
                 "1" if outcome.status <= 0 else "0",
+                size_field,
             ],
             client=pipe,
         )
         self.stats["completed"] += 1
         return retry
+
+    def _put_back(
+        self, partition: int, keys: _Keys, domain: str, row: list[Any], entry: FrontierEntry, pipe: Any
+    ) -> tuple[int, str]:
+        """Append a retried or parked ``entry`` to its domain's file, or to its lane when it has a
+        priority (the lane's other fields go on ``pipe`` before the completion); ``row`` (see
+        ``complete_all``) follows. Returns the new size and the field it belongs in."""
+        if entry.priority > 0:
+            bounds = (_int(row[10]), _int(row[11]))
+            state, lp, lz = self._reconciled_lane(partition, domain, row[7:10], keys, bounds)
+            new, lp, lz = self._lane_insert(partition, keys, domain, state, lp, lz, [entry])
+            row[7:12] = [new.generation, new.offset, new.size, lp, lz]
+            pipe.hset(keys.domain(domain), mapping={"lg": new.generation, "lo": new.offset, "lp": lp, "lz": lz})
+            return new.size, "ls"
+        state = self._reconciled(partition, domain, row, keys)
+        new = self.files.append(partition, domain, [entry], state)
+        row[0], row[1], row[2] = new.generation, new.offset, new.size
+        return new.size, "size"
 
     def _plan_revisit(
         self,
@@ -953,7 +1143,8 @@ class Scheduler:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hmget(OVERRIDE_PREFIX + domain, "delay", "infl", "pages")
         pipe.sismember(EXCLUDED_KEY, domain)
-        (delay, infl, pages), excluded = pipe.execute()
+        pipe.hmget(_Keys(partition).domain(domain), "lo", "ls", "lp")
+        (delay, infl, pages), excluded, (lane_offset, lane_size, lane_priority) = pipe.execute()
         row = self.redis.hmget(
             _Keys(partition).domain(domain),
             "infl",
@@ -985,25 +1176,34 @@ class Scheduler:
             reading=row[9] is not None,
             excluded=bool(excluded),
             delay_override_ms=None if delay is None else int(delay),
+            lane_offset=_int(lane_offset, HEADER_SIZE),
+            lane_size=_int(lane_size, HEADER_SIZE),
+            lane_priority=_int(lane_priority),
         )
 
     def pending(self, partition: int) -> tuple[int, int]:
-        """(domains in the ready queue, tickets in flight): (0, 0) means the partition is drained."""
+        """(domains in the ready queues, tickets in flight): (0, 0) means the partition is drained."""
         return self.pending_all([partition])
 
     def pending_all(self, partitions: Sequence[int]) -> tuple[int, int]:
         """``pending`` summed over ``partitions`` in one round trip (the run's drain check)."""
         pipe = self.redis.pipeline(transaction=False)
         for partition in partitions:
-            pipe.zcard(_Keys(partition).ready)
-            pipe.hlen(_Keys(partition).inflight)
-        counts = pipe.execute()
-        return sum(int(n) for n in counts[0::2]), sum(int(n) for n in counts[1::2])
+            keys = _Keys(partition)
+            pipe.zcard(keys.ready)
+            pipe.zcard(keys.pready)
+            pipe.hlen(keys.inflight)
+        counts = [int(n) for n in pipe.execute()]
+        return sum(counts[0::3]) + sum(counts[1::3]), sum(counts[2::3])
 
     def next_due_ms(self, partition: int) -> int | None:
         """When the earliest ready domain becomes due (for the service's sleep), or None."""
-        first = self.redis.zrange(_Keys(partition).ready, 0, 0, withscores=True)
-        return int(first[0][1]) if first else None
+        keys = _Keys(partition)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrange(keys.ready, 0, 0, withscores=True)
+        pipe.zrange(keys.pready, 0, 0, withscores=True)
+        firsts = [int(first[0][1]) for first in pipe.execute() if first]
+        return min(firsts) if firsts else None
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -1039,6 +1239,41 @@ class Scheduler:
                 mapping={"gen": fixed.generation, "off": fixed.offset, "size": fixed.size},
             )
         return fixed
+
+    def _reconciled_lane(
+        self,
+        partition: int,
+        domain: str,
+        row: Sequence[Any],
+        keys: _Keys,
+        bounds: tuple[int, int] | None,
+    ) -> tuple[FileState, int, int]:
+        """``_reconciled`` for the priority lane (``row``: lg, lo, ls), with the priorities of its
+        next and last unread records (``bounds``: lp, lz as stored; None: not needed). When the
+        file corrects Redis they are read again from the file."""
+        state = FileState(_int(row[0]), _int(row[1], HEADER_SIZE), _int(row[2], HEADER_SIZE))
+        lp, lz = bounds if bounds is not None else (0, 0)
+        verified = self._verified.setdefault(partition, set())
+        key = domain + LANE_SUFFIX  # '~' is never in a domain
+        if key in verified:
+            return state, lp, lz
+        fixed = self.files.reconcile(partition, domain, state, lane=True)
+        verified.add(key)
+        if fixed == state:
+            return fixed, lp, lz
+        try:
+            unread = [e for e, _ in self.files.read(partition, domain, fixed, sys.maxsize, lane=True)]
+        except ChecksumMismatch:
+            unread = []
+        lp, lz = (unread[0].priority, unread[-1].priority) if unread else (0, 0)
+        logger.warning(
+            "frontier lane %s (partition %d): Redis said %s, file says %s; corrected", domain, partition, state, fixed
+        )
+        self.redis.hset(
+            keys.domain(domain),
+            mapping={"lg": fixed.generation, "lo": fixed.offset, "ls": fixed.size, "lp": lp, "lz": lz},
+        )
+        return fixed, lp, lz
 
     def _warn_once(self, topic: str, message: str, *args: Any) -> None:
         if topic not in self._warned:

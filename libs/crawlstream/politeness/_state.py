@@ -92,10 +92,17 @@ class DomainState:
     reading: bool
     excluded: bool = False
     delay_override_ms: int | None = None
+    lane_offset: int = HEADER_SIZE
+    lane_size: int = HEADER_SIZE
+    lane_priority: int = 0  # of the priority lane's next record
 
     @property
     def unread_bytes(self) -> int:
         return max(0, self.size - max(self.offset, HEADER_SIZE))
+
+    @property
+    def lane_unread_bytes(self) -> int:
+        return max(0, self.lane_size - max(self.lane_offset, HEADER_SIZE))
 
     def __str__(self) -> str:
         wait_s = max(0, self.next_fetch_at_ms - self.now_ms) / 1000
@@ -104,6 +111,7 @@ class DomainState:
             f"next_in={wait_s:.3f}s crawl_delay={self.crawl_delay_ms / 1000:g}s "
             f"last_response={self.last_response_ms}ms backoff={self.backoff_level} "
             f"pages={self.pages}/{self.max_pages} unread={self.unread_bytes}B gen={self.generation}"
+            f"{f' lane={self.lane_unread_bytes}B@{self.lane_priority}' if self.lane_unread_bytes else ''}"
             f"{' reading' if self.reading else ''}"
             f"{'' if self.delay_override_ms is None else f' delay_override={self.delay_override_ms / 1000:g}s'}"
             f"{' EXCLUDED' if self.excluded else ''}>"

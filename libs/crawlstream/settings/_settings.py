@@ -20,6 +20,14 @@ def _divides_128(value: int) -> str | None:
     return None if value > 0 and 128 % value == 0 else "a divisor of 128 (1, 2, 4, ..., 128)"
 
 
+def _growth_factor(value: float) -> str | None:
+    return None if value == 0 or value > 1 else "0 (off) or a factor above 1"
+
+
+def _share(value: float) -> str | None:
+    return None if 0 <= value < 1 else "a share in [0, 1) (0: off)"
+
+
 @dataclass(frozen=True)
 class BusSettings:
     """The event bus: Kafka when KAFKA_BOOTSTRAP_SERVERS is set, else the embedded log."""
@@ -278,6 +286,21 @@ class StoreSettings:
         "records are rewritten into its tier and the file deleted",
         check=positive,
     )
+    dict_retrain_growth: float = setting(
+        4.0,
+        "a dictionary (a domain's, or the global one) is retrained once the distinct live pages it serves reach "
+        "this many times those it was trained for; its records are then recompressed in bounded maintenance steps "
+        "and the old dictionary dropped once no record uses it (each record is recompressed 1/(factor-1) times "
+        "on average; ADR 021). 0: off",
+        check=_growth_factor,
+    )
+    dict_retrain_drift: float = setting(
+        0.25,
+        "a dictionary is also retrained once its gain (pages compressed alone without it / with it) on the "
+        "newest pages it serves falls this share below its gain on the first pages it met after training "
+        "(content drift; probed after every dict_min_samples new pages). 0: off",
+        check=_share,
+    )
 
 
 @dataclass(frozen=True)
@@ -481,6 +504,12 @@ class Settings:
         "log line format: 'text' for terminals, 'json' for one JSON object per line (ts, level, logger, "
         "message, service, and partition/url_key where known; README: Metrics and logs)",
         check=one_of("text", "json"),
+    )
+    event_loop: str = setting(
+        "auto",
+        "asyncio event loop of the fetcher's HTTP client: 'uvloop' (libuv, in C: less CPU per request), "
+        "'asyncio' (the standard library's), or 'auto' = uvloop when installed, else asyncio",
+        check=one_of("auto", "uvloop", "asyncio"),
     )
     heartbeat_file: Path | None = setting(
         None,

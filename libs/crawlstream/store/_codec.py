@@ -28,8 +28,9 @@ member's content: its metadata line, then its body). A member's metadata line al
 its seq ("q") and fetched_at_ms ("f"); a ref member's also the body's hash ("h") and size
 ("z"). Reading member i decompresses the frame's first members up to i's end.
 
-The metadata (url, content type, title, status) sits inside the compressed frame so it
-compresses against the domain dictionary; the binary header is all a scan needs to frame,
+The metadata (url, content type, title, status; for fetched pages also the HTTP response
+head and server address, ``_response``) sits inside the compressed frame so it compresses
+against the domain dictionary; the binary header is all a scan needs to frame,
 check and skip records.
 
 Log record: u32 payload_len | u32 crc32(payload) | payload (compact JSON object).

@@ -35,10 +35,19 @@ class StoreConfig:
     maintenance_budget_bytes: int = 32 * 1024 * 1024
     maintenance_memory_bytes: int = 256 * 1024 * 1024
     compact_dead_ratio: float = 0.5
+    # Retraining (ADR 021 "Retraining"): a dictionary is replaced once its domain's live records
+    # reach ``dict_retrain_growth`` times those it was trained for, or once its gain on the domain's
+    # newest pages falls ``dict_retrain_drift`` (a share) below its gain on the first pages it met.
+    dict_retrain_growth: float = 4.0  # 0: off
+    dict_retrain_drift: float = 0.25  # 0: off
 
     def __post_init__(self) -> None:
         if self.fsync not in ("always", "batch", "never"):
             raise ConfigError(f"store fsync must be always, batch or never, got {self.fsync!r}")
+        if self.dict_retrain_growth != 0 and not self.dict_retrain_growth > 1:
+            raise ConfigError(f"store dict_retrain_growth must be 0 (off) or above 1, got {self.dict_retrain_growth!r}")
+        if not 0 <= self.dict_retrain_drift < 1:
+            raise ConfigError(f"store dict_retrain_drift must be in [0, 1) (0: off), got {self.dict_retrain_drift!r}")
 
     @property
     def fsync_each(self) -> bool:

@@ -5,17 +5,24 @@ zstd-compressed: a 256 KB dictionary costs ~58 KB on disk), listed in ``dicts/di
 (CRC-framed). A dictionary file is made durable before any frame uses it. The zstd frame
 header of every record compressed with it carries the id, so ``zstd -D`` can read it too.
 Loaded lazily and cached.
+
+A domain's dictionary can be *retrained* (ADR 021): the new one gets a new id and a higher
+generation and is the domain's from then on; the older ones stay readable until no record
+in any segment uses them, then maintenance drops them (``drop``: the file is deleted, the
+log line stays; a log line whose file is gone is skipped at start-up). Ids are never reused:
+the highest id is always a current dictionary, and current dictionaries are never dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard as zstd
 
-from crawlstream.durable import write_atomically
+from crawlstream.durable import fsync_dir, write_atomically
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.store._codec import decode_log_records, encode_log_record
 from crawlstream.store._files import AppendFile
@@ -42,6 +49,9 @@ class DictInfo:
     size_bytes: int
     samples: int
     created_ms: int
+    generation: int = 1  # 1 for a domain's first dictionary, +1 per retraining
+    pool: int = 0  # distinct live bodies it was trained for (its domain's or the tail's); 0: unknown (older store)
+    trained_seq: int = 0  # the first put sequence number its training did not see (its "new" pages)
 
 
 class DictionaryStore:
@@ -54,17 +64,48 @@ class DictionaryStore:
         if log_path.exists():
             records, valid_end, _ = decode_log_records(log_path.read_bytes())
             for rec in records:
-                info = DictInfo(rec["id"], rec["d"], rec["z"], rec["n"], rec["c"])
+                # "g", "p", "q" came with retraining: an older line is generation 1 with an unknown
+                # pool, which the retraining rules take as the domain's size when they first see it
+                # (``track``). A later line for the same id (``track``) replaces an earlier one.
+                info = DictInfo(
+                    rec["id"],
+                    rec["d"],
+                    rec["z"],
+                    rec["n"],
+                    rec["c"],
+                    int(rec.get("g", 1)),
+                    int(rec.get("p", 0)),
+                    int(rec.get("q", 0)),
+                )
                 if (directory / f"{info.dict_id}.zdict.zst").exists():
                     self._infos[info.dict_id] = info
                     self._by_domain[info.domain] = info.dict_id  # later versions win
             if valid_end < log_path.stat().st_size:
                 with open(log_path, "r+b") as fh:
                     fh.truncate(valid_end)
+            logged = {int(rec["id"]) for rec in records}
+        else:
+            logged = set()
+        self._remove_leftovers(logged, orphans=fsync)
         self._log = AppendFile(log_path, fsync_each=fsync)
+        self._fsync = fsync
         self._loaded: dict[int, zstd.ZstdCompressionDict] = {}
         self._compressors: dict[tuple[int, int], zstd.ZstdCompressor] = {}
         self._decompressors: dict[int, zstd.ZstdDecompressor] = {}
+
+    def _remove_leftovers(self, logged: set[int], *, orphans: bool) -> None:
+        """Delete what a kill during ``add`` can leave: a temporary file, and (``orphans``: the log
+        is fsynced on append) the file of a dictionary newer than every logged one, whose line was
+        never written: no frame can name it (a frame only uses a dictionary once its line is
+        durable). Without fsync a power loss could keep frames and lose the line, so it is kept;
+        so is a file whose line is merely damaged (an older id: records may use it)."""
+        newest = max(logged, default=FIRST_DICT_ID - 1)
+        for path in self.directory.iterdir():
+            stem = path.name.removesuffix(".zdict.zst")
+            orphan = orphans and path.name.endswith(".zdict.zst") and stem.isdigit() and int(stem) > newest
+            if orphan or (path.name.startswith(".") and ".zdict.zst.tmp-" in path.name):
+                logger.warning("removing %s: a dictionary write that a crash left unfinished", path.name)
+                path.unlink(missing_ok=True)
 
     def infos(self) -> list[DictInfo]:
         return sorted(self._infos.values(), key=lambda i: i.dict_id)
@@ -81,28 +122,91 @@ class DictionaryStore:
     def has_own(self, domain: str) -> bool:
         return domain in self._by_domain
 
+    def current(self) -> dict[str, DictInfo]:
+        """The dictionary each domain (and ``GLOBAL_DOMAIN``) compresses new records with."""
+        return {domain: self._infos[i] for domain, i in self._by_domain.items()}
+
+    def superseded(self) -> list[int]:
+        """Ids of stored dictionaries that are no longer any domain's: readable until dropped."""
+        current = set(self._by_domain.values())
+        return sorted(i for i in self._infos if i not in current)
+
     def next_id(self) -> int:
         return max(self._infos, default=FIRST_DICT_ID - 1) + 1
 
-    def add(self, domain: str, dict_bytes: bytes, *, samples: int, created_ms: int) -> int:
-        """Persist a trained dictionary (file first, then the log line) and return its id."""
+    def add(
+        self,
+        domain: str,
+        dict_bytes: bytes,
+        *,
+        samples: int,
+        created_ms: int,
+        pool: int = 0,
+        trained_seq: int = 0,
+    ) -> int:
+        """Persist a trained dictionary (file first, then the log line) and return its id.
+
+        It becomes ``domain``'s dictionary at once (a newer generation if the domain had one).
+        """
         parsed = zstd.ZstdCompressionDict(dict_bytes)
         dict_id = parsed.dict_id()
         if dict_id in self._infos:
             raise ValueError(f"dictionary id {dict_id} already exists")
+        generation = 1 + max((i.generation for i in self._infos.values() if i.domain == domain), default=0)
         stored = zstd.ZstdCompressor(level=DICT_FILE_LEVEL).compress(dict_bytes)
         write_atomically(self.directory / f"{dict_id}.zdict.zst", stored)
-        info = DictInfo(dict_id, domain, len(dict_bytes), samples, created_ms)
-        self._log.append(
-            encode_log_record({"id": dict_id, "d": domain, "z": len(dict_bytes), "n": samples, "c": created_ms})
-        )
+        info = DictInfo(dict_id, domain, len(dict_bytes), samples, created_ms, generation, pool or samples, trained_seq)
+        self._log.append(_log_line(info))
         self._infos[dict_id] = info
         self._by_domain[domain] = dict_id
         self._loaded[dict_id] = parsed
         logger.info(
-            "zstd dictionary %d trained for %s (%d bytes, %d samples)", dict_id, domain, len(dict_bytes), samples
+            "zstd dictionary %d (generation %d) trained for %s (%d bytes, %d samples)",
+            dict_id,
+            generation,
+            domain,
+            len(dict_bytes),
+            samples,
         )
         return dict_id
+
+    def track(self, dict_id: int, *, pool: int, trained_seq: int) -> DictInfo:
+        """Record what a current dictionary from an older store stands for (its log line had no
+        pool): a repeated log line with the same id, which start-up reads as replacing the first."""
+        info = self._infos[dict_id]
+        if self._by_domain.get(info.domain) != dict_id:
+            raise ValueError(f"dictionary {dict_id} is not current; only current ones are tracked")
+        info = dataclasses.replace(info, pool=max(1, pool), trained_seq=trained_seq)
+        self._log.append(_log_line(info))
+        self._infos[dict_id] = info
+        return info
+
+    def drop(self, dict_id: int) -> None:
+        """Delete a superseded dictionary's file (the caller has checked no record uses it).
+
+        Crash-safe as it is: the unlink is atomic, and a log line whose file is gone is skipped
+        at start-up. A current dictionary is refused (new records would need it).
+        """
+        info = self._infos.get(dict_id)
+        if info is None:
+            raise KeyError(f"dictionary {dict_id} is not stored")
+        if self._by_domain.get(info.domain) == dict_id:
+            raise ValueError(f"dictionary {dict_id} is {info.domain!r}'s current one; only superseded ones are dropped")
+        (self.directory / f"{dict_id}.zdict.zst").unlink(missing_ok=True)
+        if self._fsync:
+            fsync_dir(self.directory)
+        del self._infos[dict_id]
+        self._loaded.pop(dict_id, None)
+        self._decompressors.pop(dict_id, None)
+        for key in [k for k in list(self._compressors) if k[1] == dict_id]:
+            self._compressors.pop(key, None)
+        logger.info(
+            "zstd dictionary %d (%s, generation %d) dropped: no record uses it", dict_id, info.domain, info.generation
+        )
+
+    def dict_bytes(self, dict_id: int) -> bytes:
+        """The raw dictionary (loaded from its file on first use); ChecksumMismatch if missing or corrupt."""
+        return self._dict(dict_id).as_bytes()
 
     def _dict(self, dict_id: int) -> zstd.ZstdCompressionDict:
         loaded = self._loaded.get(dict_id)
@@ -183,12 +287,34 @@ class DictionaryStore:
         self._log.close()
 
 
-def _new_compressor(level: int, dict_bytes: bytes, table_bytes: int = 0) -> zstd.ZstdCompressor:
+def _log_line(info: DictInfo) -> bytes:
+    return encode_log_record(
+        {
+            "id": info.dict_id,
+            "d": info.domain,
+            "z": info.size_bytes,
+            "n": info.samples,
+            "c": info.created_ms,
+            "g": info.generation,
+            "p": info.pool,
+            "q": info.trained_seq,
+        }
+    )
+
+
+def _new_compressor(
+    level: int, dict_bytes: bytes, table_bytes: int = 0, *, precompute: bool = True
+) -> zstd.ZstdCompressor:
     """A compressor at ``level`` on ``dict_bytes``; ``table_bytes`` > 0 caps its match-finder tables.
 
     A compressor on a dictionary holds the dictionary's tables twice (the CDict, and the copy a
     frame larger than a few KB works in): at level 22 on the 8 MB global dictionary that is
     ~520 MB. Capping hash and chain logs bounds it (frames decode the same; ADR 021).
+
+    ``precompute=False`` (maintenance): zstd builds the tables inside the first ``compress``,
+    which releases the GIL; ``precompute_compress`` holds it throughout: 6.8 s at level 22 on
+    an 8 MB dictionary, during which no put of the process ran (ADR 021 "Retraining"). Same
+    frames, same memory; kept for puts, whose level-3 tables take milliseconds.
     """
     if not dict_bytes:
         return zstd.ZstdCompressor(level=level, write_checksum=False)
@@ -198,9 +324,11 @@ def _new_compressor(level: int, dict_bytes: bytes, table_bytes: int = 0) -> zstd
     d = zstd.ZstdCompressionDict(dict_bytes)
     params = capped_params(level, len(dict_bytes), table_bytes) if table_bytes > 0 else None
     if params is None:
-        d.precompute_compress(level=level)
+        if precompute:
+            d.precompute_compress(level=level)
         return zstd.ZstdCompressor(level=level, dict_data=d, write_checksum=False)
-    d.precompute_compress(compression_params=params)
+    if precompute:
+        d.precompute_compress(compression_params=params)
     return zstd.ZstdCompressor(dict_data=d, compression_params=params)
 
 
@@ -250,7 +378,7 @@ class DictCodecs:
             while len(self._compressors) >= self._max_compressors:
                 self._compressors.pop(next(iter(self._compressors)))
             raw = self._store._dict(dict_id).as_bytes() if dict_id else b""
-            comp = _new_compressor(level, raw, self._table_bytes)
+            comp = _new_compressor(level, raw, self._table_bytes, precompute=False)
         self._compressors[key] = comp  # most recently used last
         return comp
 

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import zstandard as zstd
 
@@ -67,6 +68,27 @@ class RecordReader:
         reads: ReadCache | None = None,
     ) -> bytes:
         """The body at ``loc``, verified; ``dicts``/``reads``: a maintenance thread's own contexts."""
+        return self._read(loc, expected_hash, dicts, reads)[0]
+
+    def read_with_meta(
+        self,
+        loc: Location,
+        expected_hash: bytes | None = None,
+        dicts: DictionaryStore | DictCodecs | None = None,
+        reads: ReadCache | None = None,
+    ) -> tuple[bytes, dict[str, Any]]:
+        """``read``, plus the record's metadata line (decompressed in the same pass)."""
+        body, meta_line = self._read(loc, expected_hash, dicts, reads)
+        return body, decode_meta(meta_line)
+
+    def _read(
+        self,
+        loc: Location,
+        expected_hash: bytes | None,
+        dicts: DictionaryStore | DictCodecs | None,
+        reads: ReadCache | None,
+    ) -> tuple[bytes, bytes]:
+        """(body, metadata line) at ``loc``, verified."""
         dicts = dicts or self._dicts
         if self._quarantine.has(loc):
             raise ChecksumMismatch(
@@ -81,10 +103,10 @@ class RecordReader:
                 raise ChecksumMismatch(f"expected a record of {loc.length} bytes at {loc.segment}:{loc.offset}")
             if isinstance(header, GroupHeader):
                 member = loc.member
-                body = self._read_member(header, buf, loc, dicts)
+                body, meta_line = self._read_member(header, buf, loc, dicts)
                 chash = content_hash(body)
             else:
-                body = self._read_single(header, buf, loc, dicts)
+                body, meta_line = self._read_single(header, buf, loc, dicts)
                 chash = header.content_hash
             if expected_hash is not None and chash != expected_hash:
                 raise ChecksumMismatch(
@@ -99,11 +121,12 @@ class RecordReader:
                 f"{exc}; the record is quarantined and will not be served. Run `crawlstream store verify` "
                 "to scan the rest, and re-fetch the URL to store it again"
             ) from exc
-        return body
+        return body, meta_line
 
     def _read_single(
         self, header: RecordHeader, buf: bytes, loc: Location, dicts: DictionaryStore | DictCodecs
-    ) -> bytes:
+    ) -> tuple[bytes, bytes]:
+        """(body, metadata line) of a single record."""
         if header.kind != KIND_BODY:
             raise ChecksumMismatch(f"expected a body record of {loc.length} bytes at {loc.segment}:{loc.offset}")
         frame = memoryview(buf)[header.header_size :]
@@ -115,12 +138,12 @@ class RecordReader:
         body = content[header.meta_len :]
         if content_hash(body) != header.content_hash:
             raise ChecksumMismatch(f"content hash mismatch at {loc.segment}:{loc.offset}")
-        return body
+        return body, content[: header.meta_len]
 
     def _read_member(
         self, header: GroupHeader, buf: bytes, loc: Location, dicts: DictionaryStore | DictCodecs
-    ) -> bytes:
-        """Body of member ``loc.member``, checked against the member's own checksum.
+    ) -> tuple[bytes, bytes]:
+        """(body, metadata line) of member ``loc.member``, checked against the member's own checksum.
 
         An intact frame is decoded once, up to the member's end: first everything before its
         body, then the body straight into the bytes returned (no copy of the body is made).
@@ -136,7 +159,7 @@ class RecordReader:
             )
             piece = self.group_content(header, frame, member.end, False, member.start, dicts)
             check_member(member, what, piece)
-            return bytes(piece[member.meta_len :])
+            return bytes(piece[member.meta_len :]), bytes(piece[: member.meta_len])
         head_end = member.start + member.meta_len
         check_declared_size(frame, member.end, what)
         try:
@@ -147,7 +170,7 @@ class RecordReader:
             raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
         # a frame ending early leaves both short: their lengths no longer add up to the member's
         check_member(member, what, memoryview(head)[member.start :], body)
-        return body
+        return body, head[member.start :]
 
     def group_content(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from crawlstream.store._model import Problem
 
@@ -31,12 +32,16 @@ class RecompressReport:
     segments_written: list[str] = field(default_factory=list)
     segments_removed: list[str] = field(default_factory=list)
     skipped_corrupt: int = 0
-    kind: str = "tier"  # "tier" (moved down by age), "compact" (dead space reclaimed), "maintain" (merged)
+    # "tier" (moved down by age), "compact" (dead space reclaimed), "retrain" (a dictionary replaced),
+    # "redict" (records moved off a replaced dictionary), "drop" (replaced dictionaries deleted), "maintain" (merged)
+    kind: str = "tier"
     tier: str = ""  # the tier written
     raw_bytes: int = 0  # raw content bytes read and rewritten
     skipped_changed: int = 0  # entries deleted or replaced while their batch was rewritten: left as they were
     cancelled: bool = False  # stopped before the swap: nothing of the batch was kept
     freed_bytes: int = 0  # bytes of the segment files removed
+    dictionaries_dropped: int = 0  # superseded dictionaries deleted (no record names them any more)
+    retrained: list[str] = field(default_factory=list)  # "domain:reason" per dictionary retrained ("*": global)
 
     def merge(self, other: RecompressReport) -> None:
         self.moved_urls += other.moved_urls
@@ -48,6 +53,8 @@ class RecompressReport:
         self.raw_bytes += other.raw_bytes
         self.skipped_changed += other.skipped_changed
         self.freed_bytes += other.freed_bytes
+        self.dictionaries_dropped += other.dictionaries_dropped
+        self.retrained += other.retrained
         self.cancelled = self.cancelled or other.cancelled
 
 
@@ -66,6 +73,9 @@ class StoreStats:
     dead_bytes: int = 0  # segment bytes of deleted, replaced or moved records: what compaction can free
     other_bytes: int = 0  # quarantine log and copies of damaged regions, FORMAT
     quarantined_urls: list[str] = field(default_factory=list)  # live URLs whose body is quarantined
+    # one row per stored dictionary: id, domain ("*": global), generation, current, records (live
+    # URLs whose body it compresses), size_bytes, samples, pool (records trained for), age_s
+    dictionary_versions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def stored_bytes(self) -> int:

@@ -23,6 +23,7 @@ from crawlstream.store._maintenance import GROUP_TIERS, GroupShape, Move
 from crawlstream.store._model import Location
 from crawlstream.store._reader import RecordReader
 from crawlstream.store._reports import RecompressReport
+from crawlstream.store._response import extra_meta
 from crawlstream.store._segments import Segments
 from crawlstream.store._writer import PageWriter
 
@@ -83,12 +84,18 @@ class Rewriter:
         """Write ``moves`` into new segments of ``tier`` (appended to ``writers``); their index entries."""
         config = self._config
         bodies: dict[bytes, bytes] = {}
+        # The response head a body record carries (its first URL's, ADR 022), carried over to
+        # that URL's new record: (url, content hash) -> the metadata keys to keep.
+        heads: dict[tuple[str, bytes], dict[str, Any]] = {}
         for m in moves:
             if m.keep_body or m.entry.content_hash in bodies:
                 continue
             key = (m.location.segment, m.location.offset, m.location.member)
             try:
-                bodies[m.entry.content_hash] = self._reader.read(m.location, m.entry.content_hash, codecs, reads)
+                body, old_meta = self._reader.read_with_meta(m.location, m.entry.content_hash, codecs, reads)
+                bodies[m.entry.content_hash] = body
+                if extra := extra_meta(old_meta):
+                    heads[(str(old_meta.get("u", "")), m.entry.content_hash)] = extra
             except ChecksumMismatch:
                 report.skipped_corrupt += 1
                 self._unmovable.add(key)
@@ -173,6 +180,7 @@ class Rewriter:
             if stored is None:
                 continue  # unreadable: left where it is (quarantined by the read)
             meta = {"u": entry.url, "t": entry.content_type, "n": entry.title, "s": entry.status}
+            meta.update(heads.get((entry.url, entry.content_hash), {}))
             body = stored
             if tier in GROUP_TIERS and len(body) <= _MAX_MEMBER_BODY:
                 dict_id = self._writer.dict_for(entry.domain, body)

@@ -7,7 +7,8 @@ from the group headers alone, learned once and cached by the maintenance engine)
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from crawlstream.store._dicts import DictionaryStore
@@ -39,6 +40,7 @@ def collect_stats(
     quarantine: Quarantine,
     tiering: Tiering,
     lock: threading.RLock,
+    now_ms: int | None = None,
 ) -> StoreStats:
     with lock:
         entries = list(index.entries())
@@ -77,6 +79,23 @@ def collect_stats(
             if p.is_file() and p not in counted and p.parent != dicts.directory
         )
         unique = {e.content_hash: e.raw_size for e in entries}
+        uses = Counter(e.location.dict_id for e in entries)
+        current = {i.dict_id for i in dicts.current().values()}
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        versions = [
+            {
+                "id": info.dict_id,
+                "domain": info.domain,
+                "generation": info.generation,
+                "current": info.dict_id in current,
+                "records": uses.get(info.dict_id, 0),
+                "size_bytes": info.size_bytes,
+                "samples": info.samples,
+                "pool": info.pool,
+                "age_s": max(0, now - info.created_ms) // 1000,
+            }
+            for info in dicts.infos()
+        ]
         return StoreStats(
             urls=len(entries),
             bodies=len(unique),
@@ -91,4 +110,5 @@ def collect_stats(
             dead_bytes=seg_bytes - live_bytes,
             other_bytes=other,
             quarantined_urls=sorted(e.url for e in entries if quarantine.has(e.location)),
+            dictionary_versions=versions,
         )

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crawlstream.store._codec import KIND_REF, RecordHeader, scan_records
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
@@ -50,6 +52,7 @@ from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._reader import RecordReader
 from crawlstream.store._recovery import Integrity, check_format
 from crawlstream.store._reports import RecompressReport, StoreStats, VerifyReport
+from crawlstream.store._response import StoredResponse, stored_response
 from crawlstream.store._rewrite import Rewriter
 from crawlstream.store._segments import Segments
 from crawlstream.store._stats import collect_stats
@@ -93,6 +96,8 @@ class ContentStore:
         maintenance_budget_bytes: int = 32 * 1024 * 1024,
         maintenance_memory_bytes: int = 256 * 1024 * 1024,
         compact_dead_ratio: float = 0.5,
+        dict_retrain_growth: float = 4.0,
+        dict_retrain_drift: float = 0.25,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
@@ -113,6 +118,8 @@ class ContentStore:
             maintenance_budget_bytes=max(1, maintenance_budget_bytes),
             maintenance_memory_bytes=max(1, maintenance_memory_bytes),
             compact_dead_ratio=compact_dead_ratio,
+            dict_retrain_growth=dict_retrain_growth,
+            dict_retrain_drift=dict_retrain_drift,
         )
         self.root = Path(root)
         self.levels = self.config.levels
@@ -149,6 +156,8 @@ class ContentStore:
             maintenance_budget_bytes=s.maintenance_budget_bytes,
             maintenance_memory_bytes=s.maintenance_memory_bytes,
             compact_dead_ratio=s.compact_dead_ratio,
+            dict_retrain_growth=s.dict_retrain_growth,
+            dict_retrain_drift=s.dict_retrain_drift,
         )
         kwargs.update(overrides)
         return cls(settings.data_dir / "store", **kwargs)
@@ -251,12 +260,16 @@ class ContentStore:
         status: int | None = None,
         fetched_at_ms: int | None = None,
         tags: Iterable[str] = (),
+        response_head: bytes | None = None,
+        ip_address: str | None = None,
     ) -> Location:
         """Store ``body`` for ``url``; idempotent (same url + body is a no-op).
 
         A different body replaces the URL's older record (its tags carry over). Identical
         bodies under other URLs are stored once: the second URL gets a small reference
-        record and the first body's location.
+        record and the first body's location. ``response_head`` (status line + header lines,
+        CRLF-terminated) and ``ip_address`` go into the record's compressed metadata, not the
+        index: ``read_response`` returns them (WARC export).
         """
         return self._writer.put(
             url,
@@ -266,6 +279,8 @@ class ContentStore:
             status=status,
             fetched_at_ms=fetched_at_ms,
             tags=tags,
+            response_head=response_head,
+            ip_address=ip_address,
         )
 
     def delete(self, url: str) -> bool:
@@ -340,6 +355,44 @@ class ContentStore:
         is still served when its checksum and content hash match.
         """
         return self._reader.read(loc, expected_hash)
+
+    def read_response(self, entry: Entry) -> tuple[bytes, StoredResponse | None]:
+        """``entry``'s body, verified, and the HTTP response head it was stored with, read in the
+        same pass. None when the record has none: stored before heads were kept, put without one
+        (``crawlstream migrate``), or a body stored once for several URLs read for a URL other
+        than the first (its own head is in its reference record, which the index does not locate)."""
+        body, meta = self._reader.read_with_meta(entry.location, entry.content_hash)
+        return body, stored_response(meta, entry.url)
+
+    def reference_heads(self, entries: Iterable[Entry]) -> dict[str, StoredResponse]:
+        """url -> response head, for entries whose body is stored once under another URL (their own
+        head is in their reference record, which the index locates only by segment): each such
+        segment is read once and its reference records' metadata decoded. Entries without a
+        reference record, or whose record is gone (moved or compacted meanwhile), are left out."""
+        wanted: dict[str, dict[tuple[int, int], str]] = defaultdict(dict)
+        for e in entries:
+            if e.record_segment:
+                wanted[e.record_segment][(e.url_key, e.seq)] = e.url
+        found: dict[str, StoredResponse] = {}
+        for segment, keys in wanted.items():
+            try:
+                data = self._segments.path(segment).read_bytes()
+            except OSError:
+                continue  # removed by maintenance since the entry was read
+            for item in scan_records(data):
+                header = item.header
+                if isinstance(header, RecordHeader):
+                    if header.kind != KIND_REF or (header.url_key, header.seq) not in keys:
+                        continue
+                elif header is None or not any(m.kind == KIND_REF for m in header.members):
+                    continue
+                with self._lock:
+                    records, _ = self._reader.decode_item(segment, item, data)
+                for record, _loc in records:
+                    url = keys.get((record.url_key, record.seq))
+                    if url is not None and (response := stored_response(record.meta, url)) is not None:
+                        found[url] = response
+        return found
 
     def search(
         self, domain: str | None = None, path_prefix: str | None = None, tag: str | None = None
@@ -418,7 +471,9 @@ class ContentStore:
         compact: bool = True,
         cancel: threading.Event | None = None,
     ) -> RecompressReport | None:
-        """One bounded step: the oldest batch due for a deeper tier, else one compaction batch.
+        """One bounded step: retrain one dictionary a rule replaces, else the oldest batch due for a
+        deeper tier, else a batch of records on a replaced dictionary, else one compaction batch,
+        else drop replaced dictionaries no record uses (ADR 018, ADR 021 "Retraining").
 
         None when nothing is eligible. A batch holds at most ``maintenance_budget_bytes`` of
         raw content (and a quarter of ``maintenance_memory_bytes``; at least one page) and

@@ -4,8 +4,14 @@ A batch is bounded (``maintenance_budget_bytes`` of raw bodies, and at most a qu
 memory budget ``maintenance_memory_bytes``) and holds the store lock only to choose and to
 swap (``run_batch`` numbers the steps, ADR 018). The planning rules (what moves next, what
 a segment holds live) are pure functions in ``_maintenance``; dictionary training is
-``_training``, the writing of new segments ``_rewrite``. This module owns the order of the
-steps, the swap, garbage collection and the space accounting of group records.
+``_training``, the retraining rules ``_retrain``, the writing of new segments ``_rewrite``.
+This module owns the order of the steps, the swap, garbage collection and the space
+accounting of group records.
+
+A step does the first of: retrain one dictionary a rule replaces; move the oldest batch
+due for a deeper tier; rewrite a batch of records still compressed with a superseded
+dictionary (same tier, current dictionary); compact a batch of segments with dead space;
+drop superseded dictionaries no record names any more.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from crawlstream.store._maintenance import (
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._reports import RecompressReport
+from crawlstream.store._retrain import Retrainer
 from crawlstream.store._rewrite import Rewriter
 from crawlstream.store._segments import Segments
 from crawlstream.store._training import DictionaryTrainer
@@ -92,6 +99,7 @@ class Tiering:
         self._compact_failed: set[str] = set()  # segments a compaction could not empty
         self.rewriter = rewriter
         self._clock_ms = clock_ms
+        self.retrainer = Retrainer(config, dicts=dicts, index=index, trainer=trainer, lock=lock)
 
     # ------------------------------------------------------------------ passes
 
@@ -114,7 +122,13 @@ class Tiering:
             total.merge(report)
             if progress is not None:
                 progress(report)
-            if report.cancelled or (report.moved_urls == 0 and not report.segments_removed):
+            progressed = (
+                report.moved_urls
+                or report.segments_removed
+                or report.dictionaries_trained
+                or report.dictionaries_dropped
+            )
+            if report.cancelled or not progressed:
                 break  # nothing could be moved (changed meanwhile, or unreadable): the next step would repeat it
         self.snapshot_index()
         return total
@@ -129,9 +143,15 @@ class Tiering:
         def choose(entry: Entry) -> str | None:
             return target_tier(entry, now, after_s, ages_zero=ages_zero)
 
-        report = self.tier_step(choose, None, cancel)
+        report = self.retrain_step(cancel)
+        if report is None:
+            report = self.tier_step(choose, None, cancel)
+        if report is None:
+            report = self.redict_step(cancel)
         if report is None and compact:
             report = self.compact_step(cancel)
+        if report is None:
+            report = self.drop_step()
         return report
 
     def backlog(self, now_ms: int | None, *, ages_zero: bool) -> dict[str, int]:
@@ -150,7 +170,9 @@ class Tiering:
                 tier_bytes += e.raw_size
         due = set(self._compaction_candidates(live, sizes, skip))
         compact_bytes = sum(e.raw_size for e in live if e.location.segment in due)
-        return {"tier_bytes": tier_bytes, "compact_bytes": compact_bytes}
+        superseded = set(self._dicts.superseded())
+        redict = {e.content_hash: e.raw_size for e in live if self._redict_candidate(e.location, superseded)}
+        return {"tier_bytes": tier_bytes, "compact_bytes": compact_bytes, "redict_bytes": sum(redict.values())}
 
     def recompress(self, older_than_s: float, *, tier: str, now_ms: int | None) -> RecompressReport:
         """See ``ContentStore.recompress``."""
@@ -221,6 +243,109 @@ class Tiering:
                 )
                 moves.append(Move(e, loc, seq, keep, body_at if keep else None))
             return self.run_batch(pick_batch(moves, batch_budget_bytes(self._config)), tier, "tier", cancel)
+
+    # ------------------------------------------------------------------ retraining (ADR 021 "Retraining")
+
+    def retrain_step(self, cancel: threading.Event | None) -> RecompressReport | None:
+        """Train the next generation of the first dictionary a retraining rule replaces (one per step).
+
+        Bounded like a tier batch's training (samples within the memory budget); None when no
+        rule fires or training produced nothing (that dictionary is then not retried until
+        restart, so the other kinds of step go on).
+        """
+        if not self.retrainer.enabled or not self._dicts.current():
+            return None
+        with self._maint_lock:
+            codecs = self._dicts.private_codecs(table_bytes=compressor_table_bytes(self._config))
+            reads = ReadCache()
+            try:
+                due = self.retrainer.due(codecs, reads, cancel)
+                if due is None:
+                    return None
+                logger.info(
+                    "retraining dictionary %d of %s (generation %d): %s (%s)",
+                    due.info.dict_id,
+                    due.info.domain,
+                    due.info.generation,
+                    due.reason,
+                    due.detail,
+                )
+                trained = self._trainer.retrain(due.info.domain, codecs, reads, cancel)
+            finally:
+                reads.close()
+                codecs.clear()
+        if cancel is not None and cancel.is_set():
+            return RecompressReport(kind="retrain", cancelled=True)
+        if not trained:
+            self.retrainer.failed(due.info.dict_id)
+            logger.warning(
+                "retraining dictionary %d of %s produced none; keeping it", due.info.dict_id, due.info.domain
+            )
+            return None
+        return RecompressReport(kind="retrain", dictionaries_trained=1, retrained=[f"{due.info.domain}:{due.reason}"])
+
+    def _redict_candidate(self, loc: Location, superseded: set[int]) -> bool:
+        """A record compressed with a superseded dictionary that a redict batch rewrites (hot records
+        are left to tiering, which rewrites them with the current dictionary anyway)."""
+        return (
+            loc.dict_id in superseded
+            and loc.tier != "hot"
+            and (loc.segment, loc.offset, loc.member) not in self._unmovable
+        )
+
+    def redict_step(self, cancel: threading.Event | None) -> RecompressReport | None:
+        """One bounded batch of records still compressed with a superseded dictionary, rewritten
+        into their own tier with their domain's current one (the same crash-safe batch as tiering)."""
+        superseded = set(self._dicts.superseded())
+        if not superseded:
+            return None
+        with self._maint_lock:
+            with self._lock:
+                live = [(e, e.location, e.seq) for e in self._index.entries()]
+            candidates = [(e, loc, seq) for e, loc, seq in live if self._redict_candidate(loc, superseded)]
+            if not candidates:
+                return None
+            candidates.sort(key=lambda c: batch_order(c[0]))
+            tier = candidates[0][1].tier
+            moves: list[Move] = []
+            for e, loc, seq in candidates:
+                if loc.tier != tier:
+                    continue
+                body_at = self._index.blobs.get(e.content_hash)
+                # Another URL's copy of this body was already rewritten: only this URL's record moves.
+                keep = (
+                    body_at is not None
+                    and body_at != loc
+                    and body_at.dict_id not in superseded
+                    and body_at.tier != "hot"
+                    and TIER_RANK[body_at.tier] >= TIER_RANK[tier]
+                    and body_at.segment not in self._segments.in_flight
+                )
+                moves.append(Move(e, loc, seq, keep, body_at if keep else None))
+            return self.run_batch(pick_batch(moves, batch_budget_bytes(self._config)), tier, "redict", cancel)
+
+    def drop_step(self) -> RecompressReport | None:
+        """Delete superseded dictionaries that no live entry and no record of any segment names."""
+        superseded = set(self._dicts.superseded())
+        if not superseded:
+            return None
+        with self._maint_lock:
+            with self._lock:
+                superseded -= {e.location.dict_id for e in self._index.entries()}
+            if not superseded:
+                return None
+            with self._lock:
+                paths = [(self._segments.name(p), p) for p in self._segments.files()]
+            gone = self.retrainer.unreferenced(superseded, lambda: paths)
+            if not gone:
+                return None
+            with self._lock:  # puts never use a superseded dictionary; batches are held off by the maintenance lock
+                gone -= {e.location.dict_id for e in self._index.entries()}
+                for dict_id in sorted(gone):
+                    self._dicts.drop(dict_id)
+        if not gone:
+            return None
+        return RecompressReport(kind="drop", dictionaries_dropped=len(gone))
 
     def _compaction_exempt(self) -> set[str]:
         """Segments compaction must not touch: the active one, ones being written, quarantined ones."""

@@ -7,6 +7,10 @@ only the batch: a dictionary is trained once), spread evenly. The samples are bo
 the memory budget (``maintenance_memory_bytes``): fastCOVER's peak is a multiple of its
 sample bytes (``TRAIN_PEAK_FACTOR``, ADR 021); the dictionary's size is still taken from
 the whole pool, so a bounded sample does not shrink the dictionary.
+
+A dictionary records what it was trained for (``DictInfo.pool``: distinct live bodies; ``trained_seq``:
+the first put it did not see), so ``_retrain`` can tell when the domain has outgrown it or
+drifted away from it; ``retrain`` then trains the next generation from the same kind of pool.
 """
 
 from __future__ import annotations
@@ -95,9 +99,21 @@ class DictionaryTrainer:
         return trained
 
     def train(
-        self, domain: str, samples: list[bytes], size: int, now_ms: int, cancel: threading.Event | None = None
+        self,
+        domain: str,
+        samples: list[bytes],
+        size: int,
+        now_ms: int,
+        cancel: threading.Event | None = None,
+        *,
+        pool: int = 0,
+        trained_seq: int = 0,
     ) -> bool:
-        """Train and store (durably) one dictionary; False if zstd could not train one or ``cancel`` is set."""
+        """Train and store (durably) one dictionary; False if zstd could not train one or ``cancel`` is set.
+
+        ``pool``: distinct live bodies the dictionary is trained for; ``trained_seq``: the first put
+        sequence number the pool did not include (both for the retraining rules).
+        """
         try:
             trained = zstd.train_dictionary(
                 size,
@@ -116,7 +132,9 @@ class DictionaryTrainer:
             return False
         if cancel is not None and cancel.is_set():
             return False  # stopping: keep nothing of this step
-        self._dicts.add(domain, trained.as_bytes(), samples=len(samples), created_ms=now_ms)
+        self._dicts.add(
+            domain, trained.as_bytes(), samples=len(samples), created_ms=now_ms, pool=pool, trained_seq=trained_seq
+        )
         return True
 
     def train_for(self, moves: list[Move], codecs: DictCodecs, reads: ReadCache, cancel: threading.Event | None) -> int:
@@ -129,33 +147,66 @@ class DictionaryTrainer:
         for domain in domains:
             if self._dicts.has_own(domain) or (cancel is not None and cancel.is_set()):
                 continue
-            with self._lock:
-                pool = sorted(self._index.by_domain.get(domain, {}).values(), key=lambda e: e.url)
-            if len({e.content_hash for e in pool}) < c.dict_min_samples:
-                continue
-            samples = self._read_samples(sample_evenly(pool, cap), codecs, reads)
-            if len(samples) >= c.dict_min_samples:
-                size = dictionary_size(_unique_bytes(pool), c.dict_size_bytes, c.dict_sample_divisor)
-                trained += self.train(domain, samples, size, now, cancel)
-            del samples
+            trained += self._train_pool(domain, codecs, reads, cancel, now, cap)
         tail_in_batch = any(not self._dicts.has_own(m.entry.domain) for m in moves if not m.keep_body)
         if not self._dicts.has_own(GLOBAL_DOMAIN) and tail_in_batch and (cancel is None or not cancel.is_set()):
-            with self._lock:
-                by_domain = self._index.by_domain
+            trained += self._train_pool(GLOBAL_DOMAIN, codecs, reads, cancel, now, cap)
+        return trained
+
+    def retrain(self, domain: str, codecs: DictCodecs, reads: ReadCache, cancel: threading.Event | None) -> bool:
+        """Train the next generation of ``domain``'s dictionary (or the global one) from its pool as it is now.
+
+        The same pool, samples and size rules as a first training (bounded by the memory budget);
+        the old dictionary stays readable (records move off it in later maintenance batches).
+        """
+        cap = sample_cap_bytes(self._config.maintenance_memory_bytes)
+        return self._train_pool(domain, codecs, reads, cancel, self._clock_ms(), cap)
+
+    def pool(self, domain: str) -> tuple[list[Entry], int]:
+        """(live entries a dictionary for ``domain`` is trained from, the next put seq). Takes the store lock.
+
+        For ``GLOBAL_DOMAIN``: every domain without a dictionary of its own (the long tail).
+        Sorted by domain and URL, so evenly spread samples cover every domain.
+        """
+        with self._lock:
+            by_domain = self._index.by_domain
+            if domain == GLOBAL_DOMAIN:
                 pool = [
                     e
                     for d in sorted(by_domain)
                     if not self._dicts.has_own(d)
                     for e in sorted(by_domain[d].values(), key=lambda e: e.url)
                 ]
-            if len({e.content_hash for e in pool}) >= c.global_dict_min_samples:
-                samples = self._read_samples(sample_evenly(pool, cap), codecs, reads)
-                if len(samples) >= c.global_dict_min_samples:
-                    size = dictionary_size(_unique_bytes(pool), c.global_dict_size_bytes, c.dict_sample_divisor)
-                    trained += self.train(GLOBAL_DOMAIN, samples, size, now, cancel)
-        return trained
+            else:
+                pool = sorted(by_domain.get(domain, {}).values(), key=lambda e: e.url)
+            return pool, self._index.seq + 1
 
-    def _read_samples(self, entries: list[Entry], codecs: DictCodecs, reads: ReadCache) -> list[bytes]:
+    def _train_pool(
+        self,
+        domain: str,
+        codecs: DictCodecs,
+        reads: ReadCache,
+        cancel: threading.Event | None,
+        now: int,
+        cap: int,
+    ) -> bool:
+        c = self._config
+        is_global = domain == GLOBAL_DOMAIN
+        minimum = c.global_dict_min_samples if is_global else c.dict_min_samples
+        pool, trained_seq = self.pool(domain)
+        distinct = len({e.content_hash for e in pool})
+        if distinct < minimum:
+            return False
+        samples = self.read_samples(sample_evenly(pool, cap), codecs, reads)
+        if len(samples) < minimum:
+            return False
+        size = dictionary_size(
+            _unique_bytes(pool), c.global_dict_size_bytes if is_global else c.dict_size_bytes, c.dict_sample_divisor
+        )
+        return self.train(domain, samples, size, now, cancel, pool=distinct, trained_seq=trained_seq)
+
+    def read_samples(self, entries: list[Entry], codecs: DictCodecs, reads: ReadCache) -> list[bytes]:
+        """The bodies of ``entries`` (maintenance's own contexts); unreadable ones are left out (and quarantined)."""
         out = []
         for e in entries:
             try:

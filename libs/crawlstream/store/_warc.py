@@ -5,13 +5,20 @@ Per page, three records: the ``response`` (HTTP header block + the stored body),
 (``WARC-Refers-To`` the response: title and tags as ``application/warc-fields``). A body the
 fetcher cut at its size cap carries ``WARC-Truncated: length``.
 
-The store keeps decoded bodies, status, content type, title and tags, but not the original
-HTTP header block, the request or the server's address: the response's header block is
-synthesized (status line, Content-Type, Content-Length), the request is the GET the fetcher
-sends (method, path, Host), and ``WARC-IP-Address`` is omitted. That is what replay tools,
-``warcio check`` and CDXJ indexers need, and the payload stays byte-identical to what the
-store holds. ``export_warc_files`` starts a new file (with its own ``warcinfo``) once one
-passes a size limit, as WARC writers conventionally do (1 GB by default in Heritrix).
+The response's header block is the one the server sent (kept with the page since FetchResult
+schema id 11, ``crawlstream.store._response``): its status line (version, code, reason) and
+every header in order. The stored payload is decoded, so headers that describe the transfer
+rather than the payload are renamed as Common Crawl / StormCrawler do, and readers neither
+decode twice nor misframe: ``Content-Encoding`` and ``Transfer-Encoding`` (unless
+``identity``) become ``X-Crawler-Content-Encoding`` / ``X-Crawler-Transfer-Encoding``, a
+``Content-Length`` that differs from the payload becomes ``X-Crawler-Content-Length``
+followed by the real ``Content-Length`` (added at the end when the server sent none).
+``WARC-IP-Address`` names the server's address on the response and request records when it
+is known. Pages stored without a head (older records, ``crawlstream migrate``) get a
+synthesized one (status, Content-Type, Content-Length). The request is the GET the fetcher
+sends (method, path, Host). ``export_warc_files`` starts a new file (with its own
+``warcinfo``) once one passes a size limit, as WARC writers conventionally do (1 GB by
+default in Heritrix).
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 
 if TYPE_CHECKING:
     from crawlstream.store._model import Entry
+    from crawlstream.store._response import StoredResponse
     from crawlstream.store._store import ContentStore
 
-__all__ = ["export_warc", "export_warc_files", "split_name"]
+__all__ = ["export_warc", "export_warc_files", "response_headers", "split_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +64,55 @@ def _warcinfo(writer: WARCWriter, name: str) -> None:
     )
 
 
-def _write_page(writer: WARCWriter, entry: Entry, body: bytes) -> None:
+# Headers describing the transfer, not the (decoded) payload we store: renamed on export.
+_RENAMED = {"content-encoding": "X-Crawler-Content-Encoding", "transfer-encoding": "X-Crawler-Transfer-Encoding"}
+
+
+def response_headers(entry: Entry, body: bytes, response: StoredResponse | None) -> StatusAndHeaders:
+    """The HTTP header block of the response record: the original one, fixed for the decoded
+    payload (see the module docstring), or a synthesized one when the page has none (or one
+    whose status line is not ``HTTP/x.y NNN reason``: not written by our fetcher)."""
+    length = str(len(body))
+    protocol, _, rest = response.status_line.partition(" ") if response is not None else ("", "", "")
+    code, _, reason = rest.partition(" ")
+    if response is None or not protocol.startswith("HTTP/") or not (len(code) == 3 and code.isdecimal()):
+        return StatusAndHeaders(
+            _status_line(entry.status),
+            [("Content-Type", entry.content_type or "application/octet-stream"), ("Content-Length", length)],
+            protocol="HTTP/1.1",
+        )
+    headers: list[tuple[str, str]] = []
+    has_length = False
+    for name, value in response.header_lines():
+        key = name.lower()
+        if key in _RENAMED and value.strip().lower() != "identity":
+            headers.append((_RENAMED[key], value))
+        elif key == "content-length":
+            if not has_length and value.strip() == length:
+                headers.append((name, value))
+            else:
+                headers.append(("X-Crawler-Content-Length", value))
+                if not has_length:
+                    headers.append(("Content-Length", length))
+            has_length = True
+        else:
+            headers.append((name, value))
+    if not has_length:
+        headers.append(("Content-Length", length))
+    return StatusAndHeaders(f"{code} {reason}", headers, protocol=protocol)
+
+
+def _write_page(writer: WARCWriter, entry: Entry, body: bytes, response: StoredResponse | None = None) -> None:
     """The response, request and metadata records of one stored page."""
     date = datetime.fromtimestamp(entry.fetched_at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    http_headers = StatusAndHeaders(
-        _status_line(entry.status),
-        [("Content-Type", entry.content_type or "application/octet-stream"), ("Content-Length", str(len(body)))],
-        protocol="HTTP/1.1",
-    )
+    http_headers = response_headers(entry, body, response)
     warc_headers = {"WARC-Date": date}
+    ip = response.ip_address if response is not None else None
+    ip_header = {"WARC-IP-Address": ip} if ip else {}
+    warc_headers.update(ip_header)
     if TRUNCATED_TAG in entry.tags:
         warc_headers["WARC-Truncated"] = "length"
-    response = writer.create_warc_record(
+    record = writer.create_warc_record(
         entry.url,
         "response",
         payload=io.BytesIO(body),
@@ -75,8 +120,8 @@ def _write_page(writer: WARCWriter, entry: Entry, body: bytes) -> None:
         http_headers=http_headers,
         warc_headers_dict=warc_headers,
     )
-    response_id = response.rec_headers.get_header("WARC-Record-ID")
-    writer.write_record(response)
+    response_id = record.rec_headers.get_header("WARC-Record-ID")
+    writer.write_record(record)
 
     parts = urlsplit(entry.url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -85,7 +130,7 @@ def _write_page(writer: WARCWriter, entry: Entry, body: bytes) -> None:
         entry.url,
         "request",
         http_headers=request_headers,
-        warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": response_id},
+        warc_headers_dict={"WARC-Date": date, "WARC-Concurrent-To": response_id, **ip_header},
     )
     writer.write_record(request)
 
@@ -108,23 +153,42 @@ def _write_page(writer: WARCWriter, entry: Entry, body: bytes) -> None:
 
 
 class _Pages:
-    """Each live page of ``domain`` (or all) with its body; corrupt records are skipped, logged
-    and counted (``skipped``), never exported."""
+    """Each live page of ``domain`` (or all) with its body and stored response head; corrupt
+    records are skipped, logged and counted (``skipped``), never exported.
+
+    Pages whose body is stored once for several URLs keep their own head in a reference record
+    the index does not locate: their segments are scanned once per batch of up to
+    ``REF_BATCH`` such pages (bounding the heads held in memory, ~0.5 KB each).
+    """
+
+    REF_BATCH = 100_000
 
     def __init__(self, store: ContentStore, domain: str | None) -> None:
         self._store = store
         self._domain = domain
         self.skipped = 0
 
-    def __iter__(self) -> Iterator[tuple[Entry, bytes]]:
+    def __iter__(self) -> Iterator[tuple[Entry, bytes, StoredResponse | None]]:
+        batch: list[Entry] = []
+        refs = 0
         for entry in self._store.search(domain=self._domain):
+            batch.append(entry)
+            refs += bool(entry.record_segment)
+            if refs >= self.REF_BATCH:
+                yield from self._batch(batch)
+                batch, refs = [], 0
+        yield from self._batch(batch)
+
+    def _batch(self, entries: list[Entry]) -> Iterator[tuple[Entry, bytes, StoredResponse | None]]:
+        ref_heads = self._store.reference_heads(e for e in entries if e.record_segment)
+        for entry in entries:
             try:
-                body = self._store.read_location(entry.location, expected_hash=entry.content_hash)
+                body, response = self._store.read_response(entry)
             except ChecksumMismatch as exc:
                 logger.error("export-warc: %s skipped: %s", entry.url, exc)
                 self.skipped += 1
                 continue
-            yield entry, body
+            yield entry, body, response or ref_heads.get(entry.url)
 
 
 def export_warc(store: ContentStore, out: IO[bytes], *, domain: str | None = None) -> tuple[int, int]:
@@ -136,8 +200,8 @@ def export_warc(store: ContentStore, out: IO[bytes], *, domain: str | None = Non
     _warcinfo(writer, "crawlstream-export.warc.gz")
     pages = _Pages(store, domain)
     written = 0
-    for entry, body in pages:
-        _write_page(writer, entry, body)
+    for entry, body, response in pages:
+        _write_page(writer, entry, body, response)
         written += 1
     return written, pages.skipped
 
@@ -182,12 +246,12 @@ def export_warc_files(
         os.replace(_tmp(files[-1]), files[-1])
 
     try:
-        for entry, body in pages:
+        for entry, body, response in pages:
             if writer is None or (fh is not None and fh.tell() >= max_file_bytes):
                 if fh is not None:
                     finish()
                 writer = start()
-            _write_page(writer, entry, body)
+            _write_page(writer, entry, body, response)
             written += 1
         if writer is None:  # nothing to export: still one valid file, with its warcinfo
             start()

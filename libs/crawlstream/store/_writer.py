@@ -18,6 +18,7 @@ from crawlstream.store._dicts import DictCodecs, DictionaryStore
 from crawlstream.store._index import UrlIndex
 from crawlstream.store._index_log import IndexLog, put_record
 from crawlstream.store._model import Entry, Location
+from crawlstream.store._response import response_meta
 from crawlstream.store._segments import Segments
 from crawlstream.store._urls import UrlParts
 
@@ -58,6 +59,8 @@ class PageWriter:
         status: int | None,
         fetched_at_ms: int | None,
         tags: Iterable[str],
+        response_head: bytes | None = None,
+        ip_address: str | None = None,
     ) -> Location:
         """See ``ContentStore.put``: a newer body replaces the URL's older record (same URL + body:
         no-op, unless the stored copy is quarantined: then the new copy replaces it)."""
@@ -73,7 +76,8 @@ class PageWriter:
                     self._index.tag(existing, tag_list, "tag")
                 return existing.location
             seq = self._index.next_seq()
-            meta = {"u": parts.url, "t": content_type, "n": title, "s": status}
+            meta: dict[str, Any] = {"u": parts.url, "t": content_type, "n": title, "s": status}
+            meta.update(response_meta(response_head, ip_address))  # in the frame only, never in the index
             writer = self._segments.active_writer()
             blob = self._index.blobs.get(chash)
             if blob is not None and self._quarantined(blob):

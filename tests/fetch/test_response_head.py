@@ -1,0 +1,112 @@
+"""The fetcher keeps each response's original head and peer address (for WARC export, ADR 022):
+a real aiohttp server on 127.0.0.1 with a custom reason phrase, repeated headers, gzip and
+chunked transfer, and the demo web."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from crawlstream.demoweb import DemoWeb
+from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.fetch._outcome import MAX_RESPONSE_HEAD_BYTES, response_head
+
+BODY = b"<html><title>t</title><body>" + b"hello archive " * 200 + b"</body></html>"
+
+
+async def _page(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(status=200, reason="Fine By Me")
+    resp.headers["Content-Type"] = "text/html; charset=utf-8"
+    resp.headers["Content-Encoding"] = "gzip"
+    resp.headers.add("Set-Cookie", "a=1; Path=/")
+    resp.headers.add("Set-Cookie", "b=2; Path=/")
+    resp.headers["X-Archive-Test"] = "MiXeD Case value"
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    packed = gzip.compress(BODY)
+    await resp.write(packed[:100])
+    await resp.write(packed[100:])
+    await resp.write_eof()
+    return resp
+
+
+async def _fetch_from_server(handler: Callable[[web.Request], Any], path: str = "/") -> FetchOutcome:
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with Fetcher(allow_private_networks=True, obey_robots=False, timeout_s=5.0) as fetcher:
+            return await fetcher.afetch(f"http://127.0.0.1:{port}{path}")
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def served() -> FetchOutcome:
+    return asyncio.run(_fetch_from_server(_page))
+
+
+def test_the_head_keeps_version_reason_order_case_and_repeats(served: FetchOutcome) -> None:
+    assert served.outcome == "ok" and served.body == BODY
+    lines = served.response_head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 Fine By Me"
+    assert served.response_head.endswith(b"\r\n") and not served.response_head.endswith(b"\r\n\r\n")
+    headers = [tuple(line.split(b": ", 1)) for line in lines[1:-1]]
+    assert [v for n, v in headers if n == b"Set-Cookie"] == [b"a=1; Path=/", b"b=2; Path=/"]
+    assert (b"X-Archive-Test", b"MiXeD Case value") in headers
+    assert (b"Content-Encoding", b"gzip") in headers and (b"Transfer-Encoding", b"chunked") in headers
+    # the bounded subset downstream services use is unchanged
+    assert served.headers["content-encoding"] == "gzip" and "set-cookie" not in served.headers
+
+
+def test_the_peer_address_is_the_loopback_server(served: FetchOutcome) -> None:
+    assert served.ip_address == "127.0.0.1"
+
+
+def test_error_responses_keep_their_head_too() -> None:
+    async def gone(request: web.Request) -> web.Response:
+        return web.Response(status=410, reason="Gone Fishing", text="bye")
+
+    outcome = asyncio.run(_fetch_from_server(gone))
+    assert outcome.outcome == "http_error"
+    assert outcome.response_head.startswith(b"HTTP/1.1 410 Gone Fishing\r\n")
+
+
+def test_the_demo_web_head_names_its_server() -> None:
+    async def go(demo: DemoWeb) -> FetchOutcome:
+        async with Fetcher(
+            allow_private_networks=True, resolve_map=demo.resolve_map, resolve_map_only=True, timeout_s=5.0
+        ) as fetcher:
+            return await fetcher.afetch(demo.seed_urls()[0])
+
+    with DemoWeb(2, pages_per_domain=3, seed=1, special_every=0) as demo:
+        outcome = asyncio.run(go(demo))
+    assert outcome.outcome == "ok" and outcome.ip_address == "127.0.0.1"
+    assert outcome.response_head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"\r\nServer: Python/" in outcome.response_head
+
+
+def test_a_connection_failure_has_no_head_or_address() -> None:
+    async def go() -> FetchOutcome:
+        async with Fetcher(allow_private_networks=True, obey_robots=False, timeout_s=2.0) as fetcher:
+            return await fetcher.afetch("http://127.0.0.1:9/")  # discard port: nothing listens
+
+    outcome = asyncio.run(go())
+    assert outcome.status == 0 and outcome.response_head == b"" and outcome.ip_address == ""
+
+
+def test_the_head_is_bounded_by_whole_lines() -> None:
+    many = [(b"X-Filler-%05d" % i, b"v" * 100) for i in range(1000)]
+    head = response_head((1, 0), 200, "OK", many)
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n") and head.endswith(b"v\r\n")
+    assert MAX_RESPONSE_HEAD_BYTES - 120 < len(head) <= MAX_RESPONSE_HEAD_BYTES
+    assert response_head((1, 1), 204, None, []) == b"HTTP/1.1 204 \r\n"
