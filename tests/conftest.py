@@ -53,3 +53,14 @@ def kafka_cluster() -> Iterator[LocalKafka]:
     first test that asks (about 5 s). Tests use fresh topic and group names."""
     with LocalKafka(brokers=1, partitions=TEST_KAFKA_PARTITIONS) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def embedded_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``CRAWLSTREAM_DATA_DIR`` set to a fresh dir for CLI calls in this process, on the embedded
+    bus (Kafka, Redis and registry variables of the environment dropped; no fsync)."""
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CRAWLSTREAM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("CRAWLSTREAM_BUS_FSYNC", "never")
+    return tmp_path / "data"

@@ -16,12 +16,8 @@ from crawlstream.topics import URLS_DISCOVERED
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CRAWLSTREAM_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CRAWLSTREAM_BUS_FSYNC", "never")
-    return tmp_path / "data"
+def data_dir(embedded_data_dir: Path) -> Path:
+    return embedded_data_dir
 
 
 def _sent(data_dir: Path) -> dict[str, DiscoveredUrl]:

@@ -88,12 +88,8 @@ def expected_outcomes(lines: list[bytes]) -> tuple[dict[str, tuple[str, int]], C
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CRAWLSTREAM_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("CRAWLSTREAM_BUS_FSYNC", "never")
-    return tmp_path / "data"
+def data_dir(embedded_data_dir: Path) -> Path:
+    return embedded_data_dir
 
 
 def read_topic(data_dir: Path, topic: str) -> list[tuple[int, bytes | None, bytes]]:

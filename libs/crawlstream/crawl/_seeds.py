@@ -348,18 +348,16 @@ class UrlRecordPublisher:
         return data
 
     def _value(self, dataset_id: int, url: str, domain: str, ts_ms: int | None, extras: Mapping[str, str]) -> bytes:
+        return self._row(dataset_id, url, ts_ms, self._map(extras) + self._domain(domain)[1])
+
+    def _row(self, dataset_id: int, url: str, ts_ms: int | None, tail: bytes) -> bytes:
+        """A record's value: the header and dataset id (cached), the URL, the time, then ``tail``
+        (the encoded extras map and domain, which callers cache per domain)."""
         head = self._datasets.get(dataset_id)
         if head is None:
             head = self._datasets[dataset_id] = self._header + avro_long(dataset_id)
-        return b"".join(
-            (
-                head,
-                avro_string(url.encode("utf-8", "surrogatepass")),
-                b"\x00" if ts_ms is None else b"\x02" + avro_long(ts_ms),
-                self._map(extras),
-                self._domain(domain)[1],
-            )
-        )
+        time_part = b"\x00" if ts_ms is None else b"\x02" + avro_long(ts_ms)
+        return b"".join((head, avro_string(url.encode("utf-8", "surrogatepass")), time_part, tail))
 
     def __call__(self, dataset_id: int, url: str, domain: str, ts_ms: int | None, extras: dict[str, str]) -> None:
         if not self.precompiled:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crawlstream.crawl._seeds import UrlRecordPublisher, avro_long, avro_string
+from crawlstream.crawl._seeds import UrlRecordPublisher
 from crawlstream.events import EventCodec, EventProducer, UrlRecord
 from crawlstream.topics import URLS_RECORDS
 
@@ -49,10 +49,9 @@ class RecordPublisher(UrlRecordPublisher):
         super().__init__(out, codec, headers, topic)
         self._produce = out.producer.produce
         self._tails: dict[int | None, dict[str, tuple[bytes, bytes, int]]] = {}
-        self._heads: dict[int, bytes] = {}
         if self.precompiled:
             self.precompiled = all(
-                self._visited_value(ds, url, ts_ms, self._tail(domain, status)[1])
+                self._row(ds, url, ts_ms, self._tail(domain, status)[1])
                 == codec.encode(UrlRecord(ds, url, ts_ms, status_fields(status), domain), topic)
                 for ds, url, domain, ts_ms, status in _VISITED_PROBES
             )
@@ -70,19 +69,6 @@ class RecordPublisher(UrlRecordPublisher):
             info = tails[domain] = (key, self._map(status_fields(status)) + domain_part, partition)
         return info
 
-    def _visited_value(self, dataset_id: int, url: str, ts_ms: int | None, tail: bytes) -> bytes:
-        head = self._heads.get(dataset_id)
-        if head is None:
-            head = self._heads[dataset_id] = self._header + avro_long(dataset_id)
-        return b"".join(
-            (
-                head,
-                avro_string(url.encode("utf-8", "surrogatepass")),
-                b"\x00" if ts_ms is None else b"\x02" + avro_long(ts_ms),
-                tail,
-            )
-        )
-
     def visited(self, dataset_id: int, url: str, domain: str, ts_ms: int | None, status: int | None) -> None:
         """The record of a visited row: ``{"status": "N"}`` as its map (empty when ``status`` is None)."""
         if not self.precompiled:
@@ -91,7 +77,7 @@ class RecordPublisher(UrlRecordPublisher):
         key, tail, partition = self._tail(domain, status)
         self._produce(
             self._topic,
-            self._visited_value(dataset_id, url, ts_ms, tail),
+            self._row(dataset_id, url, ts_ms, tail),
             partition=partition,
             key=key,
             headers=self._headers,
