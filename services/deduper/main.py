@@ -1,9 +1,12 @@
-"""Deduper wiring: consume ``urls.discovered``, forward never-seen URLs to ``urls.frontier``.
+"""Deduper wiring: consume ``urls.discovered``, forward never-seen URLs to ``urls.frontier``
+(and the raw form of each one first seen non-canonical to ``urls.records``, ADR 024).
 
 State: one Bloom filter per owned partition (``crawlstream.dedupe``), snapshotted with the
 bus offset it covers. On assignment the partition is replayed from its snapshot's offset:
 messages before the group's committed offset were forwarded already, so during the replay
-they only re-enter the filter; after it, new URLs are forwarded again as usual.
+they only re-enter the filter; after it, new URLs are forwarded again as usual. A raw-forms
+row goes through the same producer as its forward, so both are flushed before the snapshot
+and the commit that cover them.
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ import time
 from collections.abc import Callable
 
 from crawlstream.bus import Consumer, Message, TopicPartition
-from crawlstream.dedupe import Deduper
+from crawlstream.dedupe import Deduper, raw_form_record
 from crawlstream.events import DiscoveredUrl, EventProducer
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
-from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER
+from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER, URLS_RECORDS
 from crawlstream.urls import canonicalize, url_key
 
 GROUP = "crawlstream.deduper"
@@ -44,6 +47,7 @@ class DedupeHandler(EventHandler):
         self._pending: list[tuple[DiscoveredUrl, Message]] = []
         self._last_snapshot = clock()
         self.forwarded = 0
+        self.raw_forms = 0  # raw-forms rows published (URLs first seen non-canonical)
 
     def on_assign(self, partitions: list[TopicPartition]) -> None:
         committed = self._consumer.committed(partitions)
@@ -71,7 +75,9 @@ class DedupeHandler(EventHandler):
         canonical = canonicalize(event.url)
         key = url_key(canonical)
         if (canonical.url, canonical.domain, key) != (event.url, event.domain, event.url_key):
-            event = dataclasses.replace(event, url=canonical.url, domain=canonical.domain, url_key=key)
+            # A non-canonical URL is its own raw form unless the producer said how it was written.
+            raw = event.raw_url if event.raw_url is not None or event.url == canonical.url else event.url
+            event = dataclasses.replace(event, url=canonical.url, domain=canonical.domain, url_key=key, raw_url=raw)
         self._pending.append((event, message))
 
     def end_batch(self) -> None:
@@ -86,6 +92,11 @@ class DedupeHandler(EventHandler):
                 if is_new and message.offset >= replay_until:
                     self._out.send(URLS_FRONTIER, event)
                     self.forwarded += 1
+                    if event.raw_url is not None:
+                        record = raw_form_record(event)
+                        if record is not None:
+                            self._out.send(URLS_RECORDS, record)
+                            self.raw_forms += 1
             self._next_offset[partition] = items[-1][1].offset + 1
         if self._clock() - self._last_snapshot >= self._snapshot_interval_s:
             self.snapshot()

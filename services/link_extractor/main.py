@@ -39,6 +39,7 @@ RECENT_URLS = 65_536  # ~10 MB of URL strings
 
 logger = logging.getLogger(__name__)
 
+
 class LinkHandler(EventHandler):
     def __init__(
         self,
@@ -132,9 +133,7 @@ class LinkHandler(EventHandler):
         try:
             if event.truncated:
                 raise SitemapError(f"sitemap {event.url} was cut at the fetch cap", reason="truncated")
-            sitemap = parse_sitemap(
-                body, event.url, max_bytes=self._sitemap_max_bytes, max_urls=self._sitemap_max_urls
-            )
+            sitemap = parse_sitemap(body, event.url, max_bytes=self._sitemap_max_bytes, max_urls=self._sitemap_max_urls)
         except SitemapError as exc:
             if exc.reason == "not_sitemap":
                 self._not_html.inc()  # well-formed XML of another kind (a feed, a config...)
@@ -154,8 +153,9 @@ class LinkHandler(EventHandler):
     def _emit(
         self, url: str, parent: FetchResult, depth: int, source: str, now_ms: int, *, raw: str | None = None
     ) -> None:
-        """``raw``: how the URL was written (a link's href) when not ``url``; a non-canonical
-        ``url`` (a Location, a sitemap entry) is its own raw form. Both travel as ``raw_url``."""
+        """``raw``: a link's href resolved against its page, before canonicalization, when not
+        ``url``; a non-canonical ``url`` (a Location, a sitemap entry) is its own raw form. Both
+        travel as ``raw_url``; the deduper stores the first one a URL is seen with (ADR 024)."""
         if url in self._recent:  # extracted links are canonical already
             return
         try:
@@ -186,9 +186,7 @@ class LinkHandler(EventHandler):
 
 def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LoopService:
     settings = host.settings
-    domains = allowed_domains if allowed_domains is not None else (
-        frozenset(settings.crawl.allowed_domains) or None
-    )
+    domains = allowed_domains if allowed_domains is not None else (frozenset(settings.crawl.allowed_domains) or None)
     out = host.event_producer()
     crawl = settings.crawl
     handler = LinkHandler(

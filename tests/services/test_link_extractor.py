@@ -107,8 +107,8 @@ def test_a_redirect_records_its_hop_for_the_alias_map_and_carries_the_location_a
     assert (target.url, target.source, target.raw_url) == ("http://b.com/new", "redirect", "HTTP://B.com/new#x")
 
 
-def test_a_link_keeps_its_href_as_written_when_it_is_not_canonical() -> None:
-    page = b'<html><body><a href=" ../x/./y?b=2&amp;a=1 ">1</a><a href="http://a.com/z">2</a></body></html>'
+def test_a_link_carries_its_href_resolved_but_not_canonicalized_when_that_is_not_canonical() -> None:
+    page = b'<html><body><a href=" ../x/./y?b=2&amp;a=1 ">1</a><a href="/z">2</a></body></html>'
     sent, _ = handle(result("http://a.com/p/q", page, "text/html"))
-    assert [(e.url, e.raw_url) for e in sent] == [("http://a.com/x/y?a=1&b=2", "../x/./y?b=2&a=1"),
+    assert [(e.url, e.raw_url) for e in sent] == [("http://a.com/x/y?a=1&b=2", "http://a.com/x/y?b=2&a=1"),
                                                  ("http://a.com/z", None)]

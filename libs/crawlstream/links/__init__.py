@@ -16,6 +16,7 @@ from crawlstream.links._extract import (
     extract_links_with_stats,
     parse_refresh,
     resolve_candidates,
+    resolve_href,
 )
 from crawlstream.links._recent import RecentUrls
 from crawlstream.links._scope import Scope
@@ -36,5 +37,6 @@ __all__ = [
     "parse_robots_content",
     "parse_x_robots_tag",
     "resolve_candidates",
+    "resolve_href",
     "sniff_charset",
 ]

@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -25,7 +26,15 @@ from crawlstream.links._charset import decode_html
 from crawlstream.links._directives import DEFAULT_AGENT_TOKEN, RobotsDirectives, page_directives
 from crawlstream.urls import canonicalize
 
-__all__ = ["ExtractedLink", "Extraction", "extract_links", "extract_links_with_stats", "parse_refresh"]
+__all__ = [
+    "ExtractedLink",
+    "Extraction",
+    "extract_links",
+    "extract_links_with_stats",
+    "parse_refresh",
+    "resolve_candidates",
+    "resolve_href",
+]
 
 Rel = Literal["a", "area", "canonical", "alternate", "refresh"]
 
@@ -34,14 +43,21 @@ _REFRESH = re.compile(r"""^\s*[0-9.]*\s*[;,]?\s*(?:url\s*=\s*)?(?P<q>["']?)(?P<u
 _NON_HTTP = ("javascript:", "mailto:", "tel:", "data:", "about:", "ftp:", "file:", "sms:", "callto:", "skype:")
 _WS = " \t\n\r\f"
 _ABSOLUTE = ("http://", "https://")
+# As crawlstream.urls reads a reference: a scheme, C0 controls and spaces stripped, tabs and
+# newlines removed anywhere (WHATWG URL), backslashes taken for slashes before the query.
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+_C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
+_TAB_NEWLINE = {0x09: None, 0x0A: None, 0x0D: None}
 
 
 @dataclass(frozen=True)
 class ExtractedLink:
     url: str  # canonical
     rel: Rel
-    # the href as written (whitespace stripped) when it is not ``url``: provenance, carried on
-    # DiscoveredUrl.raw_url (ADR 024); not part of equality (the same link, however written)
+    # the absolute URL the href resolves to, before canonicalization (its case, port, fragment,
+    # percent-encoding and query order as written), when it is not ``url``: provenance, carried
+    # on DiscoveredUrl.raw_url and kept by the deduper as the URL's raw form (ADR 024); a relative
+    # href resolving to ``url`` exactly has none. Not part of equality (the same link however written).
     raw: str | None = field(default=None, compare=False)
 
 
@@ -105,45 +121,84 @@ def _scan(text: str) -> tuple[str | None, list[tuple[str, Rel]], list[bool]]:
     return base, out, nofollow
 
 
+def _two_slashes(text: str) -> bool:
+    return text[:1] in ("/", "\\") and text[1:2] in ("/", "\\")
+
+
+def resolve_href(href: str, base: str) -> str:
+    """The absolute form of ``href`` against ``base`` (a canonical http(s) URL), not canonical:
+    what ``canonicalize(href, base=base)`` canonicalizes, so ``canonicalize`` of the result is
+    that URL (or raises the same error). A non-http(s) or malformed href comes back as
+    written (without whitespace) for ``canonicalize`` to reject."""
+    text = href.strip(_C0_OR_SPACE).translate(_TAB_NEWLINE)
+    base_scheme = base[: base.index(":")]
+    match = _SCHEME.match(text)
+    if match is not None:
+        scheme = match.group(1).lower()
+        rest = text[match.end() :]
+        if scheme not in ("http", "https") or _two_slashes(rest) or scheme != base_scheme:
+            return text  # absolute already (or no http(s) URL)
+        text = rest  # "http:foo" against an http base is a relative reference
+    if _two_slashes(text):
+        return f"{base_scheme}:{text}"  # scheme-relative
+    head, sep, tail = text.partition("?")
+    head, hsep, fragment = head.partition("#")
+    return urljoin(base, head.replace("\\", "/") + hsep + fragment + sep + tail)
+
+
 def resolve_candidates(base_href: str | None, candidates: list[tuple[str, Rel]], base_url: str) -> Extraction:
-    """Resolve, canonicalize, filter and dedupe raw hrefs (shared by every parser backend)."""
+    """Resolve, canonicalize, filter and dedupe raw hrefs (shared by every parser backend).
+
+    Each href is resolved to its absolute form first (:func:`resolve_href`), then
+    canonicalized: the absolute form is the link's ``raw`` when it is not canonical."""
     result = Extraction()
-    base = base_url
+    base: str | None = None
+    no_base = ""  # why there is no base: relative hrefs are dropped for that reason
+    try:
+        base = canonicalize(base_url).url
+    except InvalidUrl as exc:
+        no_base = exc.reason
     if base_href is not None and base_href.strip(_WS):
         try:
             base = canonicalize(base_href.strip(_WS), base=base_url).url
         except InvalidUrl:
             result.dropped["bad_base"] += 1
     seen: set[str] = set()
-    resolved: dict[str, str] = {}  # raw href -> canonical URL: pages repeat their hrefs a lot
+    # href as written -> (canonical URL, its raw form or None): pages repeat their hrefs a lot
+    resolved: dict[str, tuple[str, str | None]] = {}
     for href, rel in candidates:
-        raw = href
-        url = resolved.get(href)
-        if url is None:
-            href = href.strip(_WS)
-            if not href:
+        known = resolved.get(href)
+        if known is None:
+            text = href.strip(_WS)
+            if not text:
                 result.dropped["empty"] += 1
                 continue
-            if href[0] == "#":
+            if text[0] == "#":
                 result.dropped["fragment"] += 1
                 continue
-            head = href[:11].lower()
+            head = text[:11].lower()
             if head.startswith(_NON_HTTP):
                 result.dropped["scheme"] += 1
                 continue
+            if head.startswith(_ABSOLUTE):
+                absolute = text  # skips the base so canonicalize can take its fast path
+            elif base is not None:
+                absolute = resolve_href(text, base)
+            else:
+                result.dropped[no_base] += 1
+                continue
             try:
-                # Absolute hrefs skip the base so canonicalize can take its fast path.
-                canon = canonicalize(href) if head.startswith(_ABSOLUTE) else canonicalize(href, base=base)
+                url = canonicalize(absolute).url
             except InvalidUrl as exc:
                 result.dropped[exc.reason] += 1
                 continue
-            url = resolved[raw] = canon.url
+            known = resolved[href] = (url, None if absolute == url else absolute)
+        url, raw = known
         if url in seen:
             result.dropped["duplicate"] += 1
             continue
         seen.add(url)
-        written = raw.strip(_WS)
-        result.links.append(ExtractedLink(url, rel, None if written == url else written))
+        result.links.append(ExtractedLink(url, rel, raw))
     return result
 
 
