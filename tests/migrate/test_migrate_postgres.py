@@ -36,7 +36,7 @@ from crawlstream.store import ContentStore
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 from crawlstream.urls import canonicalize, partition_for, url_key
 
-N_ROWS = 6000
+N_ROWS = 100_000  # issue 18: ~100k generated rows plus real URLs and hostile values
 DATASET = 5
 
 
