@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from crawlstream.demoweb import WebModel
+from crawlstream.lake._aliases import REDIRECTS_DATASET
 
 
 def test_demo_crawls_indexes_and_answers_from_the_index(tmp_path: Path) -> None:
@@ -38,9 +41,15 @@ def test_demo_crawls_indexes_and_answers_from_the_index(tmp_path: Path) -> None:
     summary, index, sample = (json.loads(line) for line in proc.stdout.splitlines())
     assert summary["reason"] == "drained" and summary["by_outcome"]["ok"] > 0
     noindex = WebModel(n_domains=4, pages_per_domain=3).noindex_pages()  # the demo's web: stored, not indexed
-    # every page but the noindex ones, and one alias row per redirecting URL (ADR 024)
-    pages = summary["by_outcome"]["ok"] - len(noindex)
-    assert noindex and index["index"]["rows_scanned"] == pages + summary["by_outcome"].get("redirect", 0)
+    # the crawl's dataset holds every page but the noindex ones; the index scanned it and the
+    # alias rows (redirect hops, raw forms of links: ADR 024) in their reserved datasets
+    rows = {
+        d.name: sum(pq.ParquetFile(f).metadata.num_rows for f in d.rglob("*.parquet"))
+        for d in (tmp_path / "urls").glob("dataset_id=*")
+    }
+    assert noindex and rows["dataset_id=1"] == summary["by_outcome"]["ok"] - len(noindex)
+    assert index["index"]["rows_scanned"] == sum(rows.values())
+    assert rows.get(f"dataset_id={REDIRECTS_DATASET}", 0) >= summary["by_outcome"].get("redirect", 0) > 0
     answers = [a for a in sample["sample"]["answers"] if a["datasets"]]
     assert answers, sample
     for answer in answers:
