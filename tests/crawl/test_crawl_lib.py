@@ -183,6 +183,29 @@ def test_seeds_come_from_urls_and_files_canonical_and_unique(tmp_path: Path) -> 
     assert [(e.depth, e.source, e.domain) for e in events] == [(0, "seed", "example.com"), (0, "seed", "b.org")]
 
 
+def test_seed_lines_may_carry_a_priority_as_crawlstream_seed_reads_them(tmp_path: Path) -> None:
+    f = tmp_path / "seeds.txt"
+    f.write_text(
+        "http://a.org/x 7\nHTTP://B.org/\t+3\nhttp://c.org/ 0\nhttp://a.org/x 9\n"
+        "http://d.org/ 99999999999\nhttp://e.org/ -1\nhttp://f.org/plain\n"
+    )
+    priorities: dict[str, int] = {}
+    urls = read_seeds([str(f)], raw=True, priorities=priorities)
+    # the first line of a URL wins; 0 is normal; out-of-range priorities skip their line
+    assert urls == ["http://a.org/x", "HTTP://B.org/", "http://c.org/", "http://f.org/plain"]
+    assert priorities == {"http://a.org/x": 7, "HTTP://B.org/": 3}
+    events = seed_events(urls, 123, 1, priorities=priorities)
+    assert [(e.url, e.priority, e.raw_url) for e in events] == [
+        ("http://a.org/x", 7, None),
+        ("http://b.org/", 3, "HTTP://B.org/"),
+        ("http://c.org/", None, None),
+        ("http://f.org/plain", None, None),
+    ]
+    canonical: dict[str, int] = {}
+    assert read_seeds([str(f)], priorities=canonical)[:2] == ["http://a.org/x", "http://b.org/"]
+    assert canonical == {"http://a.org/x": 7, "http://b.org/": 3}
+
+
 def test_a_missing_seed_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="neither a URL"):
         read_seeds([str(tmp_path / "nope.txt")])

@@ -136,7 +136,9 @@ def open_run_host(settings: Settings) -> Iterator[Host]:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    seeds = read_seeds(args.seeds, raw=True)  # as written: raw forms reach the alias map (ADR 024)
+    priorities: dict[str, int] = {}  # a seed line's own "URL N" (ADR 016)
+    # Seeds as written: their raw forms reach the alias map (ADR 024).
+    seeds = read_seeds(args.seeds, raw=True, priorities=priorities)
     log_file = log_to_data_dir(args, settings, "run")
     names = [n.strip() for n in args.services.split(",") if n.strip()]
     with open_run_host(settings) as host:
@@ -148,7 +150,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         summary = run_crawl(
-            host, seeds, services=names, exit_when_done=args.exit_when_done, log_file=log_file
+            host,
+            seeds,
+            services=names,
+            exit_when_done=args.exit_when_done,
+            log_file=log_file,
+            seed_priorities=priorities,
         )
     sys.stderr.write(summary.to_text() + "\n")
     sys.stdout.write(summary.to_line() + "\n")
@@ -168,10 +175,12 @@ def run_crawl(
     progress_stream: TextIO | None = None,
     is_tty: bool | None = None,
     log_file: Path | None = None,
+    seed_priorities: Mapping[str, int] | None = None,
 ) -> CrawlSummary:
     """Seed, run ``services`` on ``host`` until drained/max pages/``host.stop_event``; summarize.
 
-    ``resolve_map`` overrides the fetcher's DNS (tests; the CLI uses ``fetch.resolve_map_file``).
+    ``resolve_map`` overrides the fetcher's DNS (tests; the CLI uses ``fetch.resolve_map_file``);
+    ``seed_priorities``: ``DiscoveredUrl.priority`` of seeds, by seed as given.
     Signals are the caller's business: set ``host.stop_event`` to stop. On a host of
     ``open_run_host`` with ``--processes`` N > 1, the crawl loop's services run in N worker
     processes (``log_file``: where they log; None = the inherited stderr) and the others here.
@@ -191,7 +200,7 @@ def run_crawl(
         )
         specs = [s for s in specs if s.name not in PARTITIONED_SERVICES]
         specs.insert(0, ServiceSpec("workers", lambda: pool, None, ()))
-    _seed(host, seeds)
+    _seed(host, seeds, seed_priorities)
 
     stats_consumer = host.bus.consumer(STATS_GROUP)
     stats_handler = StatsHandler(settings.data_dir / "crawl" / "stats.json", stats_consumer)
@@ -281,9 +290,9 @@ def _builder(module: Any, host: Host, kwargs: dict[str, Any]) -> Any:
     return lambda: module.build(host, **kwargs)
 
 
-def _seed(host: Host, seeds: Sequence[str]) -> None:
+def _seed(host: Host, seeds: Sequence[str], priorities: Mapping[str, int] | None) -> None:
     if seeds:
-        send_seeds(host.event_producer(), seeds, host.settings.crawl.dataset_id)
+        send_seeds(host.event_producer(), seeds, host.settings.crawl.dataset_id, priorities)
         return
     if not any(host.bus.end_offsets(URLS_DISCOVERED)) and not _has_frontier(host):
         raise ConfigError(

@@ -48,6 +48,7 @@ __all__ = [
     "read_seeds",
     "seed_events",
     "send_seeds",
+    "split_priority",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,15 +77,33 @@ def check_priority(priority: int | None) -> int | None:
     return priority
 
 
-def read_seeds(specs: Sequence[str], *, raw: bool = False) -> list[str]:
+def split_priority(line: str) -> tuple[str, int | None]:
+    """``"URL N"`` -> (``"URL"``, N or None for 0): a seed line's own priority, as ``crawlstream
+    seed`` reads it (whitespace, then an integer ending the line); other lines are returned whole.
+    ``ValueError`` for an integer outside 0..2**31-1."""
+    parts = line.rsplit(None, 1)
+    if len(parts) == 2:
+        tail = parts[1]
+        digits = tail[1:] if tail[:1] in ("+", "-") else tail
+        if digits.isdigit() and digits.isascii():
+            if len(digits) > 10 or not 0 <= int(tail) <= MAX_PRIORITY:
+                raise ValueError(f"priority {tail} is outside 0..{MAX_PRIORITY}")
+            return parts[0], int(tail) or None
+    return line, None
+
+
+def read_seeds(
+    specs: Sequence[str], *, raw: bool = False, priorities: dict[str, int] | None = None
+) -> list[str]:
     """The URLs named by ``specs``, in order, without duplicates (for a few seeds; see ``SeedIntake``);
     ``raw``: each URL as written (stripped; the first of equal canonical forms), so that
     :func:`send_seeds` records the raw forms (docs/decisions/024-url-provenance.md).
 
     A spec containing ``://`` is a URL; anything else is a file with one URL per line
-    (blank lines and lines starting with ``#`` are ignored). A missing file is a
-    ``ConfigError``; a malformed URL is skipped with a warning (one bad line of a big seed
-    list should not stop a crawl).
+    (blank lines and lines starting with ``#`` are ignored); a line ``URL N`` gives that URL
+    priority N (``split_priority``), put in ``priorities`` under the URL as returned. A missing
+    file is a ``ConfigError``; a malformed URL or priority is skipped with a warning (one bad
+    line of a big seed list should not stop a crawl).
     """
     lines: list[str] = []
     for spec in specs:
@@ -101,24 +120,40 @@ def read_seeds(specs: Sequence[str], *, raw: bool = False) -> list[str]:
             ) from exc
         lines.extend(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
     urls: dict[str, str] = {}  # canonical form -> the first form as written
+    line_priority: dict[str, int] = {}  # canonical form -> the priority of its first line
     skipped = 0
-    for text in lines:
+    for line in lines:
         try:
-            urls.setdefault(canonicalize(text).url, text.strip())
-        except InvalidUrl as exc:
+            text, priority = split_priority(line)
+            canonical = canonicalize(text).url
+        except (InvalidUrl, ValueError) as exc:
             skipped += 1
             if skipped == 1:
-                logger.warning("seed %r skipped: %s", text, exc)
+                logger.warning("seed %r skipped: %s", line, exc)
+            continue
+        if canonical not in urls:
+            urls[canonical] = text.strip()
+            if priority is not None:
+                line_priority[canonical] = priority
     if skipped:
         logger.warning("%d malformed seed URLs skipped", skipped)
+    if priorities is not None:
+        priorities.update((urls[c] if raw else c, p) for c, p in line_priority.items())
     return list(urls.values()) if raw else list(urls)
 
 
 def seed_events(
-    urls: Iterable[str], now_ms: int, dataset_id: int | None, *, source: str = "seed"
+    urls: Iterable[str],
+    now_ms: int,
+    dataset_id: int | None,
+    *,
+    source: str = "seed",
+    priorities: Mapping[str, int] | None = None,
 ) -> list[DiscoveredUrl]:
     """Depth-0 events of ``source``: seeds go through dedupe like any URL, so re-seeding a
-    resumed crawl forwards nothing new; ``crawlstream refetch`` sends its own to the frontier."""
+    resumed crawl forwards nothing new; ``crawlstream refetch`` sends its own to the frontier.
+    ``priorities``: ``DiscoveredUrl.priority`` by URL as given (absent = normal)."""
+    priorities = priorities or {}
     events = []
     for url in urls:
         canonical = canonicalize(url)
@@ -131,6 +166,7 @@ def seed_events(
                 discovered_at_ms=now_ms,
                 source=source,
                 dataset_id=dataset_id,
+                priority=priorities.get(url),
                 raw_url=url if url != canonical.url else None,
             )
         )
@@ -152,11 +188,13 @@ def raw_form_records(urls: Iterable[str], now_ms: int) -> list[UrlRecord]:
     return out
 
 
-def send_seeds(out: EventProducer, urls: Sequence[str], dataset_id: int | None) -> None:
+def send_seeds(
+    out: EventProducer, urls: Sequence[str], dataset_id: int | None, priorities: Mapping[str, int] | None = None
+) -> None:
     """Send the seed events to ``urls.discovered`` (and the raw forms of seeds not written
     canonically to ``urls.records``) and flush: a seed reported sent is on the bus."""
     now_ms = int(time.time() * 1000)
-    for event in seed_events(urls, now_ms, dataset_id):
+    for event in seed_events(urls, now_ms, dataset_id, priorities=priorities):
         out.send(URLS_DISCOVERED, event)
     for record in raw_form_records(urls, now_ms):
         out.send(URLS_RECORDS, record)
