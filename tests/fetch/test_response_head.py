@@ -5,9 +5,6 @@ chunked transfer, and the demo web."""
 from __future__ import annotations
 
 import asyncio
-import gzip
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from aiohttp import web
@@ -15,48 +12,16 @@ from aiohttp import web
 from crawlstream.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.fetch._outcome import MAX_RESPONSE_HEAD_BYTES, response_head
-
-BODY = b"<html><title>t</title><body>" + b"hello archive " * 200 + b"</body></html>"
-
-
-async def _page(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(status=200, reason="Fine By Me")
-    resp.headers["Content-Type"] = "text/html; charset=utf-8"
-    resp.headers["Content-Encoding"] = "gzip"
-    resp.headers.add("Set-Cookie", "a=1; Path=/")
-    resp.headers.add("Set-Cookie", "b=2; Path=/")
-    resp.headers["X-Archive-Test"] = "MiXeD Case value"
-    resp.enable_chunked_encoding()
-    await resp.prepare(request)
-    packed = gzip.compress(BODY)
-    await resp.write(packed[:100])
-    await resp.write(packed[100:])
-    await resp.write_eof()
-    return resp
-
-
-async def _fetch_from_server(handler: Callable[[web.Request], Any], path: str = "/") -> FetchOutcome:
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        async with Fetcher(allow_private_networks=True, obey_robots=False, timeout_s=5.0) as fetcher:
-            return await fetcher.afetch(f"http://127.0.0.1:{port}{path}")
-    finally:
-        await runner.cleanup()
+from tests.fetch.archive_server import ARCHIVE_BODY, archive_page, fetch_from_server
 
 
 @pytest.fixture
 def served() -> FetchOutcome:
-    return asyncio.run(_fetch_from_server(_page))
+    return asyncio.run(fetch_from_server(archive_page))
 
 
 def test_the_head_keeps_version_reason_order_case_and_repeats(served: FetchOutcome) -> None:
-    assert served.outcome == "ok" and served.body == BODY
+    assert served.outcome == "ok" and served.body == ARCHIVE_BODY
     lines = served.response_head.split(b"\r\n")
     assert lines[0] == b"HTTP/1.1 200 Fine By Me"
     assert served.response_head.endswith(b"\r\n") and not served.response_head.endswith(b"\r\n\r\n")
@@ -76,7 +41,7 @@ def test_error_responses_keep_their_head_too() -> None:
     async def gone(request: web.Request) -> web.Response:
         return web.Response(status=410, reason="Gone Fishing", text="bye")
 
-    outcome = asyncio.run(_fetch_from_server(gone))
+    outcome = asyncio.run(fetch_from_server(gone))
     assert outcome.outcome == "http_error"
     assert outcome.response_head.startswith(b"HTTP/1.1 410 Gone Fishing\r\n")
 

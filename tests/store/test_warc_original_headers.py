@@ -5,7 +5,6 @@ warcio, checked by `warcio check` and indexed by the third-party `cdxj-indexer`.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import io
 import json
 import subprocess
@@ -13,43 +12,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 from warcio.recordloader import ArcWarcRecord
 
-from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.fetch import FetchOutcome
 from crawlstream.store import ContentStore, export_warc
+from tests.fetch.archive_server import ARCHIVE_BODY, archive_page, fetch_from_server
 
 BIN = Path(sys.executable).parent
-BODY = b"<html><title>t</title><body>" + b"archivists accept this " * 300 + b"</body></html>"
-
-
-async def _page(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(status=200, reason="Fine By Me")
-    resp.headers["Content-Type"] = "text/html; charset=utf-8"
-    resp.headers["Content-Encoding"] = "gzip"
-    resp.headers.add("Set-Cookie", "a=1; Path=/")
-    resp.headers.add("Set-Cookie", "b=2; Path=/")
-    resp.headers["X-Archive-Test"] = "MiXeD Case value"
-    resp.enable_chunked_encoding()
-    await resp.prepare(request)
-    await resp.write(gzip.compress(BODY))
-    await resp.write_eof()
-    return resp
 
 
 async def _afetch() -> FetchOutcome:
-    app = web.Application()
-    app.router.add_get("/{tail:.*}", _page)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        async with Fetcher(allow_private_networks=True, obey_robots=False, timeout_s=5.0) as fetcher:
-            return await fetcher.afetch(f"http://127.0.0.1:{runner.addresses[0][1]}/page?x=1")
-    finally:
-        await runner.cleanup()
+    return await fetch_from_server(archive_page, "/page?x=1")
 
 
 def _responses(data: bytes) -> dict[str, tuple[ArcWarcRecord, bytes]]:
@@ -72,7 +46,7 @@ def _head(status_line: str, *headers: tuple[str, str]) -> bytes:
 
 def test_a_fetched_response_round_trips_with_transfer_headers_renamed(tmp_path: Path) -> None:
     fetched = asyncio.run(_afetch())
-    assert fetched.outcome == "ok" and fetched.body == BODY
+    assert fetched.outcome == "ok" and fetched.body == ARCHIVE_BODY
     with ContentStore(tmp_path / "store") as store:
         store.put(
             fetched.url,
@@ -85,7 +59,7 @@ def test_a_fetched_response_round_trips_with_transfer_headers_renamed(tmp_path: 
         )
         data = _export(store)
     record, payload = _responses(data)[fetched.url]
-    assert payload == BODY
+    assert payload == ARCHIVE_BODY
     http = record.http_headers
     assert (http.protocol, http.statusline) == ("HTTP/1.1", "200 Fine By Me")
     names = [n for n, _ in http.headers]
@@ -94,7 +68,7 @@ def test_a_fetched_response_round_trips_with_transfer_headers_renamed(tmp_path: 
     assert http.get_header("X-Crawler-Content-Encoding") == "gzip"
     assert http.get_header("X-Crawler-Transfer-Encoding") == "chunked"
     assert "Content-Encoding" not in names and "Transfer-Encoding" not in names
-    assert names.count("Content-Length") == 1 and http.get_header("Content-Length") == str(len(BODY))
+    assert names.count("Content-Length") == 1 and http.get_header("Content-Length") == str(len(ARCHIVE_BODY))
     # the server's own headers keep their order (aiohttp adds Date and Server after ours)
     sent = [line.split(b": ", 1)[0].decode() for line in fetched.response_head.split(b"\r\n")[1:-1]]
     renamed = {"Content-Encoding": "X-Crawler-Content-Encoding", "Transfer-Encoding": "X-Crawler-Transfer-Encoding"}
