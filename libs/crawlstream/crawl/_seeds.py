@@ -78,8 +78,8 @@ def check_priority(priority: int | None) -> int | None:
 
 
 def split_priority(line: str) -> tuple[str, int | None]:
-    """``"URL N"`` -> (``"URL"``, N or None for 0): a seed line's own priority, as ``crawlstream
-    seed`` reads it (whitespace, then an integer ending the line); other lines are returned whole.
+    """``"URL N"`` -> (``"URL"``, N): a seed line's own priority (whitespace, then an integer
+    ending the line; 0 = normal, which overrides ``--priority``); other lines -> (line, None).
     ``ValueError`` for an integer outside 0..2**31-1."""
     parts = line.rsplit(None, 1)
     if len(parts) == 2:
@@ -88,7 +88,7 @@ def split_priority(line: str) -> tuple[str, int | None]:
         if digits.isdigit() and digits.isascii():
             if len(digits) > 10 or not 0 <= int(tail) <= MAX_PRIORITY:
                 raise ValueError(f"priority {tail} is outside 0..{MAX_PRIORITY}")
-            return parts[0], int(tail) or None
+            return parts[0], int(tail)
     return line, None
 
 
@@ -133,7 +133,7 @@ def read_seeds(
             continue
         if canonical not in urls:
             urls[canonical] = text.strip()
-            if priority is not None:
+            if priority:
                 line_priority[canonical] = priority
     if skipped:
         logger.warning("%d malformed seed URLs skipped", skipped)
@@ -791,21 +791,20 @@ class SeedIntake:
                     comments += 1
                     continue
                 lines_n += 1
-                line_encoder = None
-                if b" " in raw or b"\t" in raw:  # "URL N": the line's own priority
-                    head, tail = raw.rsplit(None, 1)
-                    digits = tail[1:] if tail[:1] in (b"+", b"-") else tail
-                    if digits.isdigit():
-                        if len(digits) > 10 or not 0 <= int(tail) <= MAX_PRIORITY:
-                            invalid["priority"] += 1
-                            continue
-                        line_encoder = self._encoder_for(int(tail) or None)
-                        raw = head
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     invalid["encoding"] += 1
                     continue
+                line_encoder = None
+                if " " in text or "\t" in text:  # "URL N": the line's own priority
+                    try:
+                        text, line_priority = split_priority(text)
+                    except ValueError:
+                        invalid["priority"] += 1
+                        continue
+                    if line_priority is not None:
+                        line_encoder = self._encoder_for(line_priority or None)
                 try:
                     c = canon(text)
                 except InvalidUrl as exc:
