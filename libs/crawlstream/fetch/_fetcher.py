@@ -41,6 +41,7 @@ from crawlstream.fetch._outcome import (
     parse_retry_after,
     response_head,
 )
+from crawlstream.fetch._slots import KeyedSlots
 from crawlstream.robots import (
     MAX_ROBOTS_BYTES,
     MAX_ROBOTS_REDIRECTS,
@@ -195,7 +196,7 @@ class Fetcher:
         self._max_body_bytes = max_body_bytes
         self._max_ratio = max_decompression_ratio
         self._concurrency = concurrency
-        self._limit_per_host = limit_per_host
+        self._host_slots = KeyedSlots(limit_per_host)  # connections per host (not aiohttp's: see _slots)
         self._proxy = http_proxy
         self._allow_private = allow_private_networks
         self._resolve_map = dict(resolve_map or {})
@@ -207,10 +208,10 @@ class Fetcher:
         self._imported_robots = imported_robots
         self._ip_gate = ip_gate
         self._addresses: dict[str, tuple[str, float]] = {}  # host -> (address, monotonic expiry), for the gate
-        self._ip_locks: dict[str, asyncio.Lock] = {}
+        self._ip_turn = KeyedSlots(1)
         self._clock = clock
         self.robots = RobotsCache(ttl_s=robots_cache_s)
-        self._robots_locks: dict[str, asyncio.Lock] = {}
+        self._robots_turn = KeyedSlots(1)  # one robots.txt fetch per origin, however many pages wait
         self._session: aiohttp.ClientSession | None = None
         self._resolver: GuardedResolver | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -266,9 +267,11 @@ class Fetcher:
                 resolve_map_only=self._resolve_map_only,
                 exempt_hosts=exempt,
             )
+            # No connector limits: their waiters can miss their wake-up (``_slots``); the
+            # fetcher's own semaphore (concurrency) and per-host slots bound the connections.
             connector = aiohttp.TCPConnector(
-                limit=self._concurrency,
-                limit_per_host=self._limit_per_host,
+                limit=0,
+                limit_per_host=0,
                 resolver=self._resolver,
                 use_dns_cache=True,
                 ttl_dns_cache=int(self._dns_cache_s),
@@ -371,14 +374,9 @@ class Fetcher:
             yield
             return
         assert self._ip_gate is not None
-        lock = self._ip_locks.setdefault(address, asyncio.Lock())
-        try:
-            async with lock:
-                await self._ip_gate.wait_free(address)
-                yield
-        finally:
-            if not lock.locked():
-                self._ip_locks.pop(address, None)
+        async with self._ip_turn.hold(address):
+            await self._ip_gate.wait_free(address)
+            yield
 
     async def _address_of(self, host: str) -> str | None:
         """The address the connection to ``host`` goes to (cached like DNS), or None."""
@@ -507,22 +505,22 @@ class Fetcher:
         self, session: aiohttp.ClientSession, url: str, max_bytes: int, headers: Mapping[str, str] | None = None
     ) -> _Raw:
         """One GET, no redirects, body read through the bounded decoder."""
-        if self._ip_gate is not None and (address := await self._address_of(URL(url, encoded=True).host or "")):
-            await self._ip_gate.claim(address)  # right before the send: the spacing holds whatever came before
+        target = URL(url, encoded=True)
         try:
-            async with session.get(
-                URL(url, encoded=True), allow_redirects=False, proxy=self._proxy, headers=headers
-            ) as resp:
-                headers = kept_headers(resp.headers.items())
-                location = resp.headers.get("Location")
-                absolute = urljoin(str(resp.url), location) if location else None
-                version = resp.version or aiohttp.HttpVersion11
-                head = response_head((version.major, version.minor), resp.status, resp.reason, resp.raw_headers)
-                peer = self._peer_of(resp)
-                body, truncated, too_large = await self._aread(resp, max_bytes)
-                if truncated:
-                    resp.close()  # unread bytes left: never reuse this connection
-                return _Raw(resp.status, str(resp.url), headers, body, truncated, too_large, absolute, head, peer)
+            async with self._host_slots.hold((target.scheme, target.host, target.port)):
+                if self._ip_gate is not None and (address := await self._address_of(target.host or "")):
+                    await self._ip_gate.claim(address)  # right before the send: the spacing holds
+                async with session.get(target, allow_redirects=False, proxy=self._proxy, headers=headers) as resp:
+                    headers = kept_headers(resp.headers.items())
+                    location = resp.headers.get("Location")
+                    absolute = urljoin(str(resp.url), location) if location else None
+                    version = resp.version or aiohttp.HttpVersion11
+                    head = response_head((version.major, version.minor), resp.status, resp.reason, resp.raw_headers)
+                    peer = self._peer_of(resp)
+                    body, truncated, too_large = await self._aread(resp, max_bytes)
+                    if truncated:
+                        resp.close()  # unread bytes left: never reuse this connection
+                    return _Raw(resp.status, str(resp.url), headers, body, truncated, too_large, absolute, head, peer)
         except aiohttp.ClientConnectorDNSError as exc:
             if isinstance(exc.os_error, BlockedAddress):
                 raise _Failure("blocked_private", str(exc.os_error)) from exc
@@ -567,22 +565,17 @@ class Fetcher:
         if policy is not None:
             return policy, False
         fresh = False
-        lock = self._robots_locks.setdefault(origin, asyncio.Lock())
-        try:
-            async with lock:  # one robots.txt fetch per origin, however many pages wait
-                policy = self.robots.get(origin)
-                if policy is None:
-                    imported = await self._aimported_robots(origin)
-                    if imported is not None:  # obeyed until it expires; robots.txt is not requested
-                        policy, ttl_s = imported
-                        self.robots.put(origin, policy, ttl_s=ttl_s)
-                    else:
-                        policy = await self._afetch_robots(session, origin)
-                        self.robots.put(origin, policy)
-                        fresh = True
-        finally:
-            if not lock.locked():
-                self._robots_locks.pop(origin, None)
+        async with self._robots_turn.hold(origin):
+            policy = self.robots.get(origin)
+            if policy is None:
+                imported = await self._aimported_robots(origin)
+                if imported is not None:  # obeyed until it expires; robots.txt is not requested
+                    policy, ttl_s = imported
+                    self.robots.put(origin, policy, ttl_s=ttl_s)
+                else:
+                    policy = await self._afetch_robots(session, origin)
+                    self.robots.put(origin, policy)
+                    fresh = True
         return policy, fresh
 
     async def _aimported_robots(self, origin: str) -> tuple[RobotsPolicy, float] | None:
