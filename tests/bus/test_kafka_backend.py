@@ -199,6 +199,25 @@ def test_producing_to_a_partition_the_topic_lacks_fails_at_flush_at_the_latest(b
         producer.close()
 
 
+def test_a_lost_message_fails_every_later_flush_of_its_producer(cluster: LocalKafka) -> None:
+    """A later flush that succeeds must not read as "everything sent so far is delivered": the
+    deduper's snapshot on close trusted one and covered URLs whose forwards were lost."""
+    bus = KafkaBus(cluster.bootstrap_servers, extra_config={"producer.message.timeout.ms": "1500"})
+    bus.create_topics(["kafka.sticky"], PARTITIONS)
+    producer = bus.producer()
+    try:
+        # a topic the brokers do not have (no auto-creation): the message times out undelivered
+        producer.produce("kafka.sticky.absent", b"lost", partition=0)
+        with pytest.raises(BusUnavailable, match="1 message"):
+            producer.flush(10)
+        producer.produce("kafka.sticky", b"delivered", partition=0)
+        with pytest.raises(BusUnavailable, match="not delivered"):
+            producer.flush(10)
+    finally:
+        with pytest.raises(BusUnavailable):
+            producer.close()
+
+
 def test_flush_raises_bus_unavailable_when_the_cluster_is_gone() -> None:
     cluster = LocalKafka(brokers=1).start()
     bus = KafkaBus(cluster.bootstrap_servers, linger_ms=5)

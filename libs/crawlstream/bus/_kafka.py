@@ -47,6 +47,7 @@ _RANGE = "range"
 _METADATA_TIMEOUT_S = 10.0
 _PROPAGATION_S = 3.0
 _QUEUE_FULL_TIMEOUT_S = 60.0
+_FAILURES_KEPT = 10  # delivery failures kept for the error message (all are counted)
 
 
 # Errors after which the same request succeeds once the cluster recovers (a broker restarted,
@@ -145,21 +146,27 @@ class KafkaProducer(Producer):
     """An idempotent producer: retries never duplicate or reorder within a partition.
 
     Delivery reports are collected by a callback; ``flush`` raises ``BusUnavailable`` if
-    any message since the previous ``flush`` failed, or if the flush timed out, so a caller
-    that flushes before committing never commits past an event it failed to emit.
+    any message failed, or if the flush timed out, so a caller that flushes before committing
+    never commits past an event it failed to emit. A failure is sticky: once a message is lost
+    every later ``flush`` raises too, so nothing that trusts a later flush (the deduper's
+    snapshot when its service closes after the failed batch) can cover the lost message. A
+    service gets a new producer when it is built again after the outage.
     """
 
     def __init__(self, config: Mapping[str, Any], bus: KafkaBus | None = None) -> None:
         self._producer = confluent_kafka.Producer(dict(config))
         self._bus = bus
-        self._failures: list[tuple[str, int, KafkaError]] = []
+        self._failures: list[tuple[str, int, KafkaError]] = []  # the first few, for the error
+        self._failed = 0
         self._partition_counts: dict[str, int] = {}
         self._warn = _WarnOnce()
         self._closed = False
 
     def _on_delivery(self, err: KafkaError | None, msg: confluent_kafka.Message) -> None:
         if err is not None:
-            self._failures.append((str(msg.topic()), int(msg.partition() or -1), err))
+            if len(self._failures) < _FAILURES_KEPT:
+                self._failures.append((str(msg.topic()), int(msg.partition() or -1), err))
+            self._failed += 1
             self._warn(err, f"delivery to {msg.topic()!r} partition {msg.partition()}")
 
     def produce(
@@ -206,11 +213,11 @@ class KafkaProducer(Producer):
             remaining = self._producer.flush(timeout_s)
         except KafkaException as exc:
             raise BusUnavailable(f"flush failed: {exc}") from exc
-        failures, self._failures = self._failures, []
+        failures = self._failures
         if failures:
             topic, partition, err = failures[0]
             raise BusUnavailable(
-                f"{len(failures)} message(s) were not delivered (first: {topic!r} partition {partition}: "
+                f"{self._failed} message(s) were not delivered (first: {topic!r} partition {partition}: "
                 f"{err.str()}); do not commit the input that produced them"
             ) from KafkaException(err)
         if remaining:
@@ -243,7 +250,6 @@ class KafkaProducer(Producer):
         except BusUnavailable:
             self._producer.purge()
             self._producer.poll(0)
-            self._failures.clear()
             raise
 
 
