@@ -67,6 +67,8 @@ def crawl_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "CRAWLSTREAM_CRAWL_CHECK_INTERVAL_S": "0.2",
         "CRAWLSTREAM_CRAWL_PROGRESS_INTERVAL_S": "2",
         "CRAWLSTREAM_CRAWL_SITEMAP_MAX_BYTES": str(SITEMAP_MAX_BYTES),
+        # no fixed metrics ports: services of two tests (xdist workers) would compete for them
+        "CRAWLSTREAM_METRICS_PORT": "0",
     }
     env.update(extra)
     return env

@@ -71,7 +71,7 @@ from crawlstream.topics import (
     URLS_DISCOVERED,
     URLS_FRONTIER,
 )
-from crawlstream.urls import partition_for, registered_domain_or_host
+from crawlstream.urls import canonicalize, partition_for, registered_domain_or_host
 
 pytestmark = pytest.mark.kafka
 
@@ -168,10 +168,64 @@ class KafkaCrawl:
     stored: set[str]
     answers: dict[str, Any]
     bootstrap_servers: str
+    redis: Redis
 
     @property
     def pages(self) -> list[RequestRecord]:
         return page_requests(self.log)
+
+    def assert_every_reachable_page_fetched(self) -> None:
+        """The fault tests' first check; on a miss it says where each missing URL stopped."""
+        fetched = {r.url for r in self.pages}
+        reachable = self.web.reachable_pages()
+        if fetched == reachable:
+            return
+        missing = sorted(reachable - fetched)
+        try:
+            where = trail(self, missing[:12])
+        except Exception as exc:  # the diagnosis must not hide the failure
+            where = f"(no trail: {exc!r})"
+        raise AssertionError(
+            f"{len(missing)} reachable pages never requested, {len(fetched - reachable)} unreachable ones "
+            f"requested; where the first missing ones stopped:\n{where}"
+        )
+
+
+def _avro_string(text: str) -> bytes:
+    """``text`` as Avro writes a string (zig-zag varint length, UTF-8): found inside an event."""
+    data = text.encode()
+    n, out = len(data) << 1, bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + data
+
+
+def trail(crawl: KafkaCrawl, urls: Sequence[str]) -> str:
+    """For each URL: how many events of each topic carry it, and its domain's scheduler state;
+    with the service logs' warnings, what a failed fault test needs to be understood."""
+    topics = (URLS_DISCOVERED, URLS_FRONTIER, FETCH_REQUESTS, FETCH_RESULTS)
+    bus = KafkaBus(crawl.bootstrap_servers)
+    try:
+        values = {topic: [m.value for m in read_topic(bus, topic)] for topic in topics}
+    finally:
+        bus.close()
+    scheduler = Scheduler.from_settings(crawl.settings, crawl.redis)
+    lines = []
+    for url in urls:
+        needle = _avro_string(url)
+        counts = {topic: sum(needle in v for v in values[topic]) for topic in topics}
+        domain = canonicalize(url).domain
+        state = scheduler.domain_state(partition_for(domain, PARTITIONS), domain)
+        lines.append(f"  {url}: {counts}\n    {state}")
+    warnings = [
+        f"  {p.name}: {line[:300]}"
+        for p in crawl.processes
+        for line in p.log.read_text(errors="replace").splitlines()
+        if (" WARNING " in line or " ERROR " in line) and "librdkafka" not in line
+    ]
+    return "\n".join([*lines, "service warnings:", *warnings[-60:]])
 
 
 @dataclass
@@ -342,6 +396,7 @@ def crawled(
                 stored_urls(settings, web),
                 answers,
                 where.kafka.bootstrap_servers,
+                where.redis,
             )
         finally:
             for process in processes:
@@ -525,7 +580,7 @@ def test_a_member_killed_and_a_member_added_mid_crawl_lose_nothing_and_stay_poli
     # A ticket recorded just before the kill, whose request never reached the bus, is handed
     # out again when its lease runs out: keep that short (but above the fetch timeout).
     with crawled(tmp_path, fault, CRAWLSTREAM_SCHEDULER_LEASE_S="3") as done:
-        assert {r.url for r in done.pages} == done.web.reachable_pages()
+        done.assert_every_reachable_page_fetched()
         assert_no_robots_disallowed_fetch(done.web, done.pages)
         assert_domain_spacing(done.web, done.pages)
         assert done.stored == reference.stored
@@ -574,7 +629,7 @@ def test_the_broker_leading_most_partitions_killed_mid_crawl_loses_and_duplicate
     ) as done:
         metadata = AdminClient({"bootstrap.servers": done.bootstrap_servers}).list_topics(timeout=10)
         assert {len(p.replicas) for t in ALL_TOPICS for p in metadata.topics[t].partitions.values()} == {3}
-        assert {r.url for r in done.pages} == done.web.reachable_pages()
+        done.assert_every_reachable_page_fetched()
         assert_domain_spacing(done.web, done.pages)
         assert done.stored == reference.stored
         assert done.answers == reference.answers
@@ -609,7 +664,7 @@ def test_a_cluster_outage_makes_every_service_wait_and_resume_without_loss(
     fault = MidCrawl(stop_the_only_broker_for_a_while)
     with crawled(tmp_path, fault, CRAWLSTREAM_SCHEDULER_LEASE_S="60") as done:
         assert all(p.returncode == 0 for p in done.processes), [(p.name, p.returncode) for p in done.processes]
-        assert {r.url for r in done.pages} == done.web.reachable_pages()
+        done.assert_every_reachable_page_fetched()
         assert_domain_spacing(done.web, done.pages)
         assert done.stored == reference.stored
         assert done.answers == reference.answers
@@ -666,7 +721,7 @@ def test_a_seeded_kill_9_schedule_of_every_service_loses_and_duplicates_nothing_
     with crawled(tmp_path, fault, CRAWLSTREAM_SCHEDULER_LEASE_S="3") as done:
         killed = [(v.name, v.returncode) for v in fault.ended]
         assert killed == [(name, -signal.SIGKILL) for _, name, _ in schedule.kills]
-        assert {r.url for r in done.pages} == done.web.reachable_pages()
+        done.assert_every_reachable_page_fetched()
         assert_no_robots_disallowed_fetch(done.web, done.pages)
         assert done.stored == reference.stored
         assert done.answers == reference.answers
