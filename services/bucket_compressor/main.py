@@ -12,7 +12,9 @@ URLs does this crawl hold", which error pages are not.
 Order within one loop iteration (do not reorder: it is the at-least-once guarantee):
 
 1. ``handle``: decompress (bounded by ``fetch.max_body_bytes``) and ``store.put`` each
-   body; ``put`` is idempotent by (url, content hash), so a replayed batch writes nothing;
+   body, handing the store the fetcher's frame too (kept as the hot copy while the domain has
+   no dictionary: one compression per page); ``put`` is idempotent by (url, content hash), so
+   a replayed batch writes nothing;
 2. ``end_batch``: ``store.sync()`` (fsync segments, then the index) so every put of the
    batch is durable even against power loss;
 3. ``end_batch``: only then queue the ``ContentStored`` events;
@@ -137,6 +139,7 @@ class CompressHandler(EventHandler):
             tags=tags,
             response_head=event.response_head,  # kept for WARC export (ADR 022); None from older fetchers
             ip_address=event.ip_address,
+            body_frame=event.body_zstd,  # decompressed to ``body`` above: stored as is (ADR 009)
         )
         entry = self._store.entry(event.url)
         assert entry is not None, "a put entry is readable at once"
@@ -165,7 +168,10 @@ class CompressHandler(EventHandler):
             declared = zstandard.frame_content_size(event.body_zstd)
             if declared > self._max_body_bytes:
                 raise zstandard.ZstdError(f"frame declares {declared} bytes")
-            return self._decompressor.decompress(event.body_zstd, max_output_size=self._max_body_bytes)
+            # exactly one frame: the store keeps this frame as the body's (ContentStore.put)
+            return self._decompressor.decompress(
+                event.body_zstd, max_output_size=self._max_body_bytes, allow_extra_data=False
+            )
         except zstandard.ZstdError as exc:
             raise BadDataError(
                 f"expected body_zstd to be one zstd frame of at most {self._max_body_bytes} bytes "

@@ -49,10 +49,11 @@ _FAILED = frozenset({"timeout", "dns_error", "connect_error", "error", "too_larg
 logger = logging.getLogger(__name__)
 
 
-# Bodies on fetch.results only travel to the link extractor and the bucket compressor, which
-# recompresses them for the store: level 1 costs 94 us per 33 KB page against 120 us at level 3
-# for 3% more bytes on the topic (ratio 2.91 vs 3.00 on the benchmark web; ADR 009, session 7).
-TRANSIT_ZSTD_LEVEL = 1
+# A body is compressed once on its way in: the bucket compressor stores this frame as the hot
+# copy (``ContentStore.put(body_frame=...)``) while the domain has no dictionary, so it is made
+# at the store's default hot level (3: 117 us per 33 KB page; compressing at 1 here and at 3 in
+# the store cost 91 + 23 + 117 us; ADR 009, session 8).
+TRANSIT_ZSTD_LEVEL = 3
 
 
 def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandard.ZstdCompressor) -> FetchResult:

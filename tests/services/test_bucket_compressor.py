@@ -155,6 +155,28 @@ def test_corrupt_fetch_result_goes_to_dlq(make_settings: Callable[..., Settings]
     assert [e.url for e in stored_events(settings, 1)] == ["https://b.example.org/"]
 
 
+def test_the_fetchers_frame_is_stored_as_is_and_a_two_frame_body_is_dead_lettered(
+    make_settings: Callable[..., Settings], html_pages: list[tuple[str, bytes]]
+) -> None:
+    """One compression per page on the way in (issue 15): the store keeps the event's frame.
+    A body_zstd of two frames (the contract says one) would be stored as more than the body."""
+    settings = make_settings()
+    (url, html), (other, more) = html_pages[0], html_pages[1]
+    kept = fetch_result(url, html)
+    doubled = dataclasses.replace(
+        fetch_result(other, more + more), body_zstd=_zstd.compress(more) + _zstd.compress(more)
+    )
+    send_results(settings, [kept, doubled])
+    run_service(settings)
+    assert kept.body_zstd in (settings.data_dir / "store" / "segments" / "hot" / "0000000001.seg").read_bytes()
+    with host_for(settings) as host:
+        [dead] = read_topic(host, dlq_topic(FETCH_RESULTS), 1)
+        assert dict(dead.headers)["error_type"] == b"BadDataError"
+    assert [e.url for e in stored_events(settings, 1)] == [kept.url]
+    with ContentStore.from_settings(settings) as store:
+        assert store.get(kept.url) == html and store.verify().ok
+
+
 def test_title_is_read_from_the_head_with_the_declared_charset() -> None:
     page = "<html><head><meta charset='iso-8859-1'><title>Caf\xe9</title></head><body>x</body></html>"
     assert extract_title(page.encode("latin-1"), None) == "Café"

@@ -10,7 +10,9 @@ Segment record, format version 3 (little endian). A *single* record (hot and war
     skippable frame: u32 magic 0x184D2A5D | u32 payload_size | HEADER | u32 crc32(HEADER)
     zstd frame: frame_size bytes, decompressing to  meta (JSON line, meta_len bytes) | body
     (REF records, which only name an identical stored body by content hash, have a frame
-    holding the metadata alone)
+    holding the metadata alone; a hot body stored as the fetcher compressed it is two frames
+    back to back, the metadata's then the body's, both without a dictionary: ``zstd -d``
+    yields the same bytes, and the frame_size and frame_checksum cover both)
 
 HEADER = version u8 (3), kind u8, dict_id u32, url_key u64, seq u64, fetched_at_ms i64,
 raw_size u64, frame_size u64, content_hash 16 bytes (xxh3_128 of the raw body),

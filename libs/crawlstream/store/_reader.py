@@ -132,7 +132,7 @@ class RecordReader:
         frame = memoryview(buf)[header.header_size :]
         if frame_checksum(frame) != header.frame_checksum:
             raise ChecksumMismatch(f"frame checksum mismatch at {loc.segment}:{loc.offset}")
-        content = dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.content_size)
+        content = decompress_single(dicts.decompressor(header.dict_id), frame, header.content_size)
         if len(content) != header.content_size:
             raise ChecksumMismatch(f"record at {loc.segment}:{loc.offset} decompresses to the wrong size")
         body = content[header.meta_len :]
@@ -283,12 +283,23 @@ class RecordReader:
     def _with_meta(self, header: RecordHeader, frame: bytes | memoryview) -> RecordHeader:
         """The header completed with the metadata decompressed from its frame (rebuild/recovery)."""
         try:
-            content = self._dicts.decompressor(header.dict_id).decompress(frame, max_output_size=header.content_size)
+            content = decompress_single(self._dicts.decompressor(header.dict_id), frame, header.content_size)
         except zstd.ZstdError as exc:
             raise ChecksumMismatch(f"record frame does not decompress: {exc}") from exc
         if len(content) != header.content_size:
             raise ChecksumMismatch(f"record frame holds {len(content)} bytes, header says {header.content_size}")
         return dataclasses.replace(header, meta=decode_meta(content[: header.meta_len]))
+
+
+def decompress_single(dec: zstd.ZstdDecompressor, frame: bytes | memoryview, size: int) -> bytes:
+    """The content of a single record's frame: one zstd frame, or the metadata's frame and the
+    body's back to back (``_codec``). At most ``size`` + 1 bytes: more is damage, seen by the
+    caller's size check."""
+    content = dec.decompress(frame, max_output_size=size)
+    if len(content) < size:  # decompress() stops after the first frame: read across them
+        with dec.stream_reader(frame, read_size=len(frame), read_across_frames=True) as reader:
+            content = reader.read(size + 1)
+    return content
 
 
 def check_declared_size(frame: bytes | memoryview, needed: int, what: str) -> None:

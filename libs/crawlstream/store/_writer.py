@@ -61,6 +61,7 @@ class PageWriter:
         tags: Iterable[str],
         response_head: bytes | None = None,
         ip_address: str | None = None,
+        body_frame: bytes | None = None,
     ) -> Location:
         """See ``ContentStore.put``: a newer body replaces the URL's older record (same URL + body:
         no-op, unless the stored copy is quarantined: then the new copy replaces it)."""
@@ -95,6 +96,7 @@ class PageWriter:
                 body=body if blob is None else b"",
                 domain=parts.domain,
                 tier="hot",
+                body_frame=body_frame,
             )
             offset = writer.append(record)
             here = Location(self._segments.active_name, offset, len(record), dict_id, "hot")
@@ -149,14 +151,21 @@ class PageWriter:
         domain: str,
         tier: str,
         codecs: DictCodecs | None = None,
+        body_frame: bytes | None = None,
     ) -> tuple[bytes, int]:
         """(record bytes, dict id): metadata line + body compressed as one frame, the domain's dictionary.
 
         ``codecs``: zstd contexts of the calling thread (maintenance); puts use the shared ones.
+        ``body_frame`` (``body`` compressed without a dictionary, see ``ContentStore.put``) is
+        kept as the body's own frame after the metadata's when no dictionary applies.
         """
         dict_id = self.dict_for(domain, body)
         meta_bytes = encode_meta(meta)
-        frame = (codecs or self._dicts).compressor(self._config.levels[tier], dict_id).compress(meta_bytes + body)
+        compressor = (codecs or self._dicts).compressor(self._config.levels[tier], dict_id)
+        if body_frame is not None and body and dict_id == 0:
+            frame = compressor.compress(meta_bytes) + body_frame
+        else:
+            frame = compressor.compress(meta_bytes + body)
         record = encode_record(
             kind=kind,
             url_key=url_key,
