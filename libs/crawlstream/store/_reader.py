@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import zstandard as zstd
@@ -20,6 +21,7 @@ import zstandard as zstd
 from crawlstream.errors import BadDataError, ChecksumMismatch
 from crawlstream.store._codec import (
     KIND_BODY,
+    KIND_REF,
     GroupHeader,
     Member,
     RecordHeader,
@@ -31,10 +33,11 @@ from crawlstream.store._codec import (
     decode_record_header,
     frame_checksum,
     member_checksum,
+    scan_records,
 )
 from crawlstream.store._dicts import DictCodecs, DictionaryStore
 from crawlstream.store._files import ReadCache
-from crawlstream.store._model import Location
+from crawlstream.store._model import Entry, Location
 from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._segments import Segments
 
@@ -212,6 +215,36 @@ class RecordReader:
         except zstd.ZstdError:
             pass  # keep what decoded before the damage
         return memoryview(b"".join(pieces))[start:upto]
+
+    def reference_metas(self, entries: Iterable[Entry]) -> dict[str, dict[str, Any]]:
+        """url -> the metadata of its own reference record, for entries whose body is stored once
+        under another URL (the index locates that record only by segment): each such segment is
+        read once. Entries without one, or whose record is gone (moved or compacted meanwhile),
+        are left out."""
+        wanted: dict[str, dict[tuple[int, int], str]] = defaultdict(dict)
+        for e in entries:
+            if e.record_segment:
+                wanted[e.record_segment][(e.url_key, e.seq)] = e.url
+        found: dict[str, dict[str, Any]] = {}
+        for segment, keys in wanted.items():
+            try:
+                data = self._segments.path(segment).read_bytes()
+            except OSError:
+                continue  # removed by maintenance since the entry was read
+            for item in scan_records(data):
+                header = item.header
+                if isinstance(header, RecordHeader):
+                    if header.kind != KIND_REF or (header.url_key, header.seq) not in keys:
+                        continue
+                elif header is None or not any(m.kind == KIND_REF for m in header.members):
+                    continue
+                with self._lock:
+                    records, _ = self.decode_item(segment, item, data)
+                for record, _loc in records:
+                    url = keys.get((record.url_key, record.seq))
+                    if url is not None and record.meta is not None:
+                        found[url] = record.meta
+        return found
 
     # ------------------------------------------------------------------ whole records (scans)
 

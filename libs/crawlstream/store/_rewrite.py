@@ -87,6 +87,11 @@ class Rewriter:
         # The response head a body record carries (its first URL's, ADR 022), carried over to
         # that URL's new record: (url, content hash) -> the metadata keys to keep.
         heads: dict[tuple[str, bytes], dict[str, Any]] = {}
+        # ... and the one a URL stored as a reference to another URL's body has in its own record
+        ref_metas = self._reader.reference_metas(m.entry for m in moves)
+        for m in moves:
+            if m.entry.url in ref_metas and (extra := extra_meta(ref_metas[m.entry.url])):
+                heads[(m.entry.url, m.entry.content_hash)] = extra
         for m in moves:
             if m.keep_body or m.entry.content_hash in bodies:
                 continue

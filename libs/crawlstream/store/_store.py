@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawlstream.store._codec import KIND_REF, RecordHeader, scan_records
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
@@ -375,29 +373,10 @@ class ContentStore:
         head is in their reference record, which the index locates only by segment): each such
         segment is read once and its reference records' metadata decoded. Entries without a
         reference record, or whose record is gone (moved or compacted meanwhile), are left out."""
-        wanted: dict[str, dict[tuple[int, int], str]] = defaultdict(dict)
-        for e in entries:
-            if e.record_segment:
-                wanted[e.record_segment][(e.url_key, e.seq)] = e.url
         found: dict[str, StoredResponse] = {}
-        for segment, keys in wanted.items():
-            try:
-                data = self._segments.path(segment).read_bytes()
-            except OSError:
-                continue  # removed by maintenance since the entry was read
-            for item in scan_records(data):
-                header = item.header
-                if isinstance(header, RecordHeader):
-                    if header.kind != KIND_REF or (header.url_key, header.seq) not in keys:
-                        continue
-                elif header is None or not any(m.kind == KIND_REF for m in header.members):
-                    continue
-                with self._lock:
-                    records, _ = self._reader.decode_item(segment, item, data)
-                for record, _loc in records:
-                    url = keys.get((record.url_key, record.seq))
-                    if url is not None and (response := stored_response(record.meta, url)) is not None:
-                        found[url] = response
+        for url, meta in self._reader.reference_metas(entries).items():
+            if (response := stored_response(meta, url)) is not None:
+                found[url] = response
         return found
 
     def search(
