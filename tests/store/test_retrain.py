@@ -279,7 +279,9 @@ def test_the_settings_reach_maintenance_and_store_stats_lists_the_generations(
         put_all(store, pages[20:])
     capsys.readouterr()
     assert cli_main(["store", "maintain", "--now"]) == 0
-    assert json.loads(capsys.readouterr()[0])["dictionaries_trained"] == 1
+    report = json.loads(capsys.readouterr()[0])
+    assert report["dictionaries_trained"] == 1
+    assert report["dictionaries_retrained"] == ["shopdrift.com:growth"]
     assert cli_main(["store", "stats"]) == 0
     stats = json.loads(capsys.readouterr()[0])
     (row,) = stats["dictionary_versions"]

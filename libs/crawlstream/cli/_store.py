@@ -131,6 +131,7 @@ def run_maintain(args: argparse.Namespace, settings: Settings) -> int:
         "moved_bytes": report.raw_bytes,
         "mb_per_s": round(report.raw_bytes / 1e6 / elapsed, 2) if elapsed else 0.0,
         "dictionaries_trained": report.dictionaries_trained,
+        "dictionaries_retrained": report.retrained,  # "domain:reason" ("*": the global one)
         "segments_written": len(report.segments_written),
         "segments_removed": len(report.segments_removed),
         "freed_bytes": report.freed_bytes,
