@@ -11,27 +11,15 @@ from aiohttp import ClientSession, web
 from crawlstream.demoweb import DemoWeb
 from crawlstream.demoweb._render import PNG_BYTES
 from crawlstream.fetch import Fetcher, FetchOutcome
+from tests.fetch.fetch_support import UA, demo_fetcher
 
 T = TypeVar("T")
-UA = "crawlstream-test/1.0"
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def make_fetcher(web_: DemoWeb, **kw: Any) -> Fetcher:
-    opts: dict[str, Any] = dict(
-        user_agent=UA,
-        allow_private_networks=True,
-        resolve_map=web_.resolve_map,
-        resolve_map_only=True,
-        timeout_s=5.0,
-        read_timeout_s=1.0,
-        max_body_bytes=256 * 1024,
-    )
-    opts.update(kw)
-    return Fetcher(**opts)
 
 
 async def fetch_all(fetcher: Fetcher, *urls: str) -> list[FetchOutcome]:
@@ -42,7 +30,7 @@ async def fetch_all(fetcher: Fetcher, *urls: str) -> list[FetchOutcome]:
 
 
 def fetch_one(web_: DemoWeb, url: str, **kw: Any) -> FetchOutcome:
-    return run(fetch_all(make_fetcher(web_, **kw), url))[0]
+    return run(fetch_all(demo_fetcher(web_, **kw), url))[0]
 
 
 def domain(web_: DemoWeb, i: int) -> str:
@@ -77,7 +65,7 @@ def test_http_errors_report_status_and_retry_after(demo_web: DemoWeb) -> None:
     host = domain(demo_web, 1)
     outs = run(
         fetch_all(
-            make_fetcher(demo_web),
+            demo_fetcher(demo_web),
             *(f"http://{host}/status/{code}" for code in (404, 500, 503, 429)),
         )
     )
@@ -135,7 +123,7 @@ def test_redirect_is_reported_with_absolute_location_and_not_followed(demo_web: 
 
 def test_redirect_loop_hops_are_reported_one_at_a_time(demo_web: DemoWeb) -> None:
     host = domain(demo_web, 8)
-    a, b = run(fetch_all(make_fetcher(demo_web), f"http://{host}/loop/a", f"http://{host}/loop/b"))
+    a, b = run(fetch_all(demo_fetcher(demo_web), f"http://{host}/loop/a", f"http://{host}/loop/b"))
     assert a.redirect_location == f"http://{host}/loop/b"
     assert b.redirect_location == f"http://{host}/loop/a"
 
@@ -216,7 +204,7 @@ def test_robots_404_allows_everything(demo_web: DemoWeb) -> None:
 def test_robots_redirect_is_followed_to_the_moved_file(demo_web: DemoWeb) -> None:
     host = domain(demo_web, 9)  # robots.txt -> 301 -> /robots-moved.txt (Disallow: /p/2)
     demo_web.clear_log()
-    blocked, allowed = run(fetch_all(make_fetcher(demo_web), f"http://{host}/p/2", f"http://{host}/p/1"))
+    blocked, allowed = run(fetch_all(demo_fetcher(demo_web), f"http://{host}/p/2", f"http://{host}/p/1"))
     assert blocked.outcome == "robots_disallowed" and allowed.outcome == "ok"
     assert paths_requested(demo_web, host) == ["/robots.txt", "/robots-moved.txt", "/p/1"]
 
@@ -226,7 +214,7 @@ def test_robots_is_fetched_once_per_origin_under_concurrency(demo_web: DemoWeb) 
     demo_web.clear_log()
 
     async def go() -> list[FetchOutcome]:
-        fetcher = make_fetcher(demo_web)
+        fetcher = demo_fetcher(demo_web)
         try:
             return await asyncio.gather(*(fetcher.afetch(f"http://{host}/p/{k}", attempt=0) for k in range(5)))
         finally:
@@ -261,7 +249,7 @@ def test_proxy_setting_sends_requests_through_the_proxy(demo_web: DemoWeb) -> No
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         try:
-            fetcher = make_fetcher(demo_web, http_proxy=f"http://127.0.0.1:{port}")
+            fetcher = demo_fetcher(demo_web, http_proxy=f"http://127.0.0.1:{port}")
             return (await fetch_all(fetcher, f"http://{domain(demo_web, 12)}/p/3"))[0]
         finally:
             await runner.cleanup()
@@ -289,7 +277,7 @@ def test_proxied_target_resolving_to_loopback_is_still_blocked(demo_web: DemoWeb
 
 
 def test_only_the_fetch_that_reads_robots_txt_reports_the_hosts_sitemaps(demo_web: DemoWeb) -> None:
-    fetcher = make_fetcher(demo_web)
+    fetcher = demo_fetcher(demo_web)
     d1, d7 = domain(demo_web, 1), domain(demo_web, 7)  # robots.txt names one sitemap / answers 404
     first, second, missing = run(
         fetch_all(fetcher, f"http://{d1}/", f"http://{d1}/p/1", f"http://{d7}/p/1")

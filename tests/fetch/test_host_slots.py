@@ -9,8 +9,8 @@ import time
 import pytest
 
 from crawlstream.demoweb import DemoWeb
-from crawlstream.fetch import Fetcher
 from crawlstream.fetch._slots import KeyedSlots
+from tests.fetch.fetch_support import demo_fetcher
 
 
 def test_keyed_slots_bound_each_key_serve_in_order_and_forget_idle_keys() -> None:
@@ -50,11 +50,8 @@ def test_a_slow_page_does_not_hold_up_its_hosts_other_pages() -> None:
         slow_host = web.model.domains[0]
 
         async def go() -> list[tuple[str, str, int]]:
-            fetcher = Fetcher(
-                user_agent="crawlstream-test",
-                allow_private_networks=True,
-                resolve_map=web.resolve_map,
-                resolve_map_only=True,
+            fetcher = demo_fetcher(
+                web,
                 timeout_s=1.5,
                 read_timeout_s=1.5,
                 limit_per_host=2,

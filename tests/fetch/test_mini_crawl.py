@@ -14,6 +14,7 @@ from crawlstream.links import Scope, extract_links
 from crawlstream.settings import FetchSettings, Settings
 from crawlstream.sitemaps import SitemapError, looks_like_sitemap, parse_sitemap
 from crawlstream.urls import canonicalize
+from tests.fetch.fetch_support import demo_fetcher
 
 
 async def crawl(web: DemoWeb, fetcher: Fetcher, scope: Scope) -> dict[str, FetchOutcome]:
@@ -55,17 +56,13 @@ def test_crawl_requests_every_reachable_page_once_and_no_disallowed_one() -> Non
     with DemoWeb(24, pages_per_domain=6, seed=11, slow_s=3.0, bomb_bytes=8 * 1024 * 1024) as web:
 
         async def go() -> dict[str, FetchOutcome]:
-            fetcher = Fetcher(
-                user_agent="crawlstream-test",
-                allow_private_networks=True,
-                resolve_map=web.resolve_map,
-                resolve_map_only=True,
+            fetcher = demo_fetcher(
+                web,
                 # below the slow page's 3 s, with room for a loaded machine (0.5 s, then 1.0 s
                 # with a 1.5 s slow page: flaky at load 8, ordinary pages timed out and their
                 # links went unfollowed)
                 timeout_s=2.0,
                 read_timeout_s=2.0,
-                max_body_bytes=256 * 1024,
             )
             try:
                 return await crawl(web, fetcher, Scope())
