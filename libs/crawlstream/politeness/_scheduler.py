@@ -19,6 +19,7 @@ Redis layout per partition ``p`` (all O(domains), never O(URLs))::
     cs:sched:{p}:rv          HASH  b off  (revisit read cursor: bucket file, offset; ADR 022)
     cs:sched:{p}:val         HASH  "domain\\nurl" -> validators of a revisit released to the
                                    frontier and not completed yet (O(revisits in flight))
+    cs:sched:{p}:owner       STRING the token of the instance that loaded p last (fencing)
 
 With ``revisit_after_s`` > 0 every page fetched (2xx, or 304 to a revisit) is put back in its
 domain's frontier that long after, carrying its ETag / Last-Modified / body hash for a
@@ -35,8 +36,14 @@ or a parked URL goes back to the lane.
 
 Caller's contract (the scheduler service): one instance owns a partition at a time
 (``load_partition`` on assign; ``flush_partition`` then ``drop_partition`` on revoke;
-``drop_partition`` alone on lost). ``enqueue`` for each ``urls.frontier`` batch, then
-``flush_partition`` before committing its offsets; ``complete`` for each ``fetch.results``
+``drop_partition`` alone on lost). ``load_partition`` writes a fresh owner token; an instance
+that finds another token there (its Kafka session expired and another member took the
+partition before it noticed) is *fenced* for that partition: its claims, enqueues and
+completions of it are refused until it loads the partition again, so a stale member stops
+dispatching the new owner's domains and appending to its files (the token is checked inside
+the claim script, and in the same round trip as the enqueue's and completion's reads: a load
+between that read and the append is the window left). ``enqueue`` for each ``urls.frontier``
+batch, then ``flush_partition`` before committing its offsets; ``complete`` for each ``fetch.results``
 event; ``due`` in a loop, producing one ``fetch.requests`` event per ticket. Calls on one
 instance are serialized per partition. ``due`` is also safe across instances: a domain is
 claimed in Redis by a Lua script, so two callers never hand out the same domain's slot twice.
@@ -58,10 +65,13 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
+import socket
 import struct
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -97,6 +107,8 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
+FENCED = "!fenced"  # the claim's answer to a fenced caller ('!' is never in a domain)
+
 # Claim up to ARGV[2] due domains: each leaves its ready queue; those that may send another
 # request get rd=1 (the claim) and infl+1 and are returned with their file state, next fetch
 # time, delay override and lane state, flat: domain, gen, off, size, next, delay, lg, lo, ls,
@@ -107,8 +119,14 @@ Clock = Callable[[], float]
 # domain only leaves the queue; an override replaces max in flight and the page budget, and a
 # delay override holds the domain until that long after its last dispatch (``lt``). When the
 # run has a page budget (cs:ctl:crawl) at most limit - used domains are claimed.
-# KEYS: ready, pready.
+# KEYS: ready, pready, owner. ARGV[7]: the caller's owner token ('' = not checked): another
+# token there answers the single value FENCED and claims nothing (no token at all, after a
+# Redis that lost its data, fences nobody).
 _CLAIM = """
+local owner = redis.call('GET', KEYS[3])
+if ARGV[7] ~= '' and owner and owner ~= ARGV[7] then
+  return {'@FENCED@'}
+end
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local max_in_flight = tonumber(ARGV[3])
@@ -312,6 +330,7 @@ def _lua(source: str) -> str:
         source.replace("@EXCLUDED@", EXCLUDED_KEY)
         .replace("@OVERRIDE@", OVERRIDE_PREFIX)
         .replace("@CRAWL@", CRAWL_BUDGET_KEY)
+        .replace("@FENCED@", FENCED)
     )
 
 
@@ -353,7 +372,17 @@ class _Script:
 
 
 class _Keys:
-    __slots__ = ("domains", "hash_prefix", "inflight", "leases", "pready", "ready", "revisit_cursor", "validators")
+    __slots__ = (
+        "domains",
+        "hash_prefix",
+        "inflight",
+        "leases",
+        "owner",
+        "pready",
+        "ready",
+        "revisit_cursor",
+        "validators",
+    )
 
     def __init__(self, partition: int) -> None:
         base = f"cs:sched:{int(partition)}:"
@@ -365,6 +394,7 @@ class _Keys:
         self.hash_prefix = base + "d:"
         self.revisit_cursor = base + "rv"
         self.validators = base + "val"
+        self.owner = base + "owner"
 
     def domain(self, domain: str) -> str:
         return self.hash_prefix + domain
@@ -487,6 +517,8 @@ class Scheduler:
         self._locks: dict[int, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._warned: set[str] = set()
+        self._tokens: dict[int, str] = {}  # owner token per partition loaded here
+        self.fenced: set[int] = set()  # partitions another instance loaded since this one did
 
     @classmethod
     def from_settings(
@@ -527,10 +559,14 @@ class Scheduler:
         and rebuild the ready queue. Returns the number of domains in the partition."""
         keys = _Keys(partition)
         now = self.now_ms()
+        token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         with self._lock(partition):
             self._verified[partition] = set()
             self._next_revisit_ms.pop(partition, None)
             try:
+                self.redis.set(keys.owner, token)  # first: a stale owner is fenced from here on
+                self._tokens[partition] = token
+                self.fenced.discard(partition)
                 in_flight: Counter[str] = Counter()
                 for field in self.redis.hkeys(keys.inflight):
                     in_flight[_text(field).split("\n", 1)[0]] += 1
@@ -580,6 +616,8 @@ class Scheduler:
         with self._lock(partition):
             self._verified.pop(partition, None)
             self._next_revisit_ms.pop(partition, None)
+            self._tokens.pop(partition, None)
+            self.fenced.discard(partition)
 
     # -- imported state (``crawlstream migrate``) ---------------------------------------------
 
@@ -648,10 +686,14 @@ class Scheduler:
         with self._lock(partition):
             try:
                 read = self.redis.pipeline(transaction=False)
+                read.get(keys.owner)
                 for d in by_domain:
                     read.hmget(keys.domain(d), "gen", "off", "size", "pages", "infl", "lg", "lo", "ls", "lp", "lz")
                     read.hget(OVERRIDE_PREFIX + d, "pages")
-                replies = read.execute()
+                owner, *replies = read.execute()
+                if self._fenced_by(partition, owner):
+                    self.stats["fenced_skipped"] += len(entries)
+                    return 0
                 rows = [[*row, budget] for row, budget in zip(replies[0::2], replies[1::2], strict=True)]
                 pipe = self.redis.pipeline(transaction=False)
                 parked: list[tuple[int, int]] = []  # (index of the domain's requeue reply, URLs stored)
@@ -700,7 +742,7 @@ class Scheduler:
     def due_all(self, partitions: Sequence[int], now_ms: int | None = None, limit: int = 100) -> list[FetchTicket]:
         """``due`` over several partitions (``limit`` domains each) in two Redis round trips."""
         now = self.now_ms() if now_ms is None else now_ms
-        ordered = sorted(set(partitions))
+        ordered = sorted(set(partitions) - self.fenced)
         if not ordered:
             return []
         with ExitStack() as held:
@@ -714,14 +756,25 @@ class Scheduler:
                     keys = _Keys(partition)
                     pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
                     self._claim(
-                        keys=[keys.ready, keys.pready],
-                        args=[now, limit, self.max_in_flight, self.max_pages, keys.hash_prefix, HEADER_SIZE],
+                        keys=[keys.ready, keys.pready, keys.owner],
+                        args=[
+                            now,
+                            limit,
+                            self.max_in_flight,
+                            self.max_pages,
+                            keys.hash_prefix,
+                            HEADER_SIZE,
+                            self._tokens.get(partition, ""),
+                        ],
                         client=pipe,
                     )
                 replies = pipe.execute()
                 claimed: dict[int, list[tuple[str, list[Any]]]] = {}
                 for i, partition in enumerate(ordered):
                     expired, flat = replies[2 * i], replies[2 * i + 1]
+                    if len(flat) == 1 and _text(flat[0]) == FENCED:
+                        self._fence(partition)
+                        continue
                     if expired:
                         self._reclaim_expired(partition, expired)
                     if flat:
@@ -927,7 +980,8 @@ class Scheduler:
 
     def complete_all(self, results: Mapping[int, Sequence[tuple[str, str, FetchOutcome]]]) -> list[FrontierEntry]:
         """``complete_many`` over several partitions at once, still in two round trips."""
-        ordered = sorted(p for p, batch in results.items() if batch)
+        self.stats["fenced_skipped"] += sum(len(batch) for p, batch in results.items() if p in self.fenced)
+        ordered = sorted(p for p, batch in results.items() if batch and p not in self.fenced)
         if not ordered:
             return []
         now = self.now_ms()
@@ -940,6 +994,7 @@ class Scheduler:
                 for partition in ordered:
                     keys = _Keys(partition)
                     fields = [_ticket_field(d, u) for d, u, _ in results[partition]]
+                    read.get(keys.owner)
                     read.hmget(keys.inflight, *fields)
                     if self.revisits is not None:
                         read.hmget(keys.validators, *fields)
@@ -953,6 +1008,7 @@ class Scheduler:
                 pipe = self.redis.pipeline(transaction=False)
                 retries: list[FrontierEntry] = []
                 for partition, keys, fields, domains in plan:
+                    owner = next(replies)
                     raws = next(replies)
                     previous = next(replies) if self.revisits is not None else [None] * len(fields)
                     revisits: list[RevisitRecord] = []
@@ -960,6 +1016,9 @@ class Scheduler:
                     # domain compose (the second sees the first's back-off and file size). A row:
                     # gen off size next cdel bo, the delay override, then lg lo ls lp lz (the lane).
                     row_of = {d: [*next(replies), next(replies), *next(replies)] for d in domains}
+                    if self._fenced_by(partition, owner):  # the new owner completes them (replayed)
+                        self.stats["fenced_skipped"] += len(fields)
+                        continue
                     done: set[bytes] = set()
                     for (domain, url, outcome), field, raw, before in zip(
                         results[partition], fields, raws, previous, strict=True
@@ -1274,6 +1333,27 @@ class Scheduler:
             mapping={"lg": fixed.generation, "lo": fixed.offset, "ls": fixed.size, "lp": lp, "lz": lz},
         )
         return fixed, lp, lz
+
+    def _fenced_by(self, partition: int, owner: Any) -> bool:
+        """True (and the partition fenced here) when ``owner``, the partition's owner token as
+        just read, is another instance's: one loaded the partition after this one did."""
+        token = self._tokens.get(partition)
+        if token is None or owner is None or _text(owner) == token:
+            return False
+        self._fence(partition)
+        return True
+
+    def _fence(self, partition: int) -> None:
+        if partition in self.fenced:
+            return
+        self.fenced.add(partition)
+        self.stats["fenced"] += 1
+        logger.warning(
+            "scheduler partition %d was loaded by another scheduler since this one loaded it (this one's "
+            "group session expired?): no more claims, enqueues or completions of it here until it is "
+            "assigned to this one again",
+            partition,
+        )
 
     def _warn_once(self, topic: str, message: str, *args: Any) -> None:
         if topic not in self._warned:
