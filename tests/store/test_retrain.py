@@ -212,6 +212,7 @@ def test_kill_during_retraining_loses_nothing_and_leaves_nothing_half_done(
         for entry in store.search():  # nothing torn or foreign is served (a put killed before
             # its acknowledgement was printed may be there: its body is still the URL's page)
             assert store.get(entry.url) == real_pages[int(entry.url.split("/")[3])][1], entry.url
+            pages.setdefault(entry.url, real_pages[int(entry.url.split("/")[3])][1])  # checked below too
         assert store.verify().ok  # every record (dead ones too) names a dictionary that is there
         dict_files = {int(p.name.split(".")[0]) for p in (root / "dicts").glob("*.zdict.zst")}
         assert dict_files == {i.dict_id for i in store.dicts.infos()}  # no half-written dictionary left
