@@ -180,14 +180,16 @@ class KafkaCrawl:
         reachable = self.web.reachable_pages()
         if fetched == reachable:
             return
-        missing = sorted(reachable - fetched)
+        seeds = set(self.web.seed_urls())
+        # seeds first (everything else hangs off them), then one per host, then the rest
+        missing = sorted(reachable - fetched, key=lambda u: (u not in seeds, u.count("/"), u))
         try:
-            where = trail(self, missing[:12])
+            where = trail(self, missing[:16])
         except Exception as exc:  # the diagnosis must not hide the failure
             where = f"(no trail: {exc!r})"
         raise AssertionError(
-            f"{len(missing)} reachable pages never requested, {len(fetched - reachable)} unreachable ones "
-            f"requested; where the first missing ones stopped:\n{where}"
+            f"{len(missing)} reachable pages never requested ({len(seeds & set(missing))} of them seeds), "
+            f"{len(fetched - reachable)} unreachable ones requested; where the first missing ones stopped:\n{where}"
         )
 
 
