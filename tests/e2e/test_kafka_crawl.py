@@ -20,6 +20,7 @@ leads the most partitions, with SIGKILL mid-crawl.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -50,6 +51,7 @@ from e2e_support import (
     page_requests,
     web_inputs,
 )
+from fastavro import schemaless_writer
 from redis import Redis
 
 from crawlstream.bus import KafkaBus, Message, TopicPartition
@@ -194,14 +196,10 @@ class KafkaCrawl:
 
 
 def _avro_string(text: str) -> bytes:
-    """``text`` as Avro writes a string (zig-zag varint length, UTF-8): found inside an event."""
-    data = text.encode()
-    n, out = len(data) << 1, bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out) + data
+    """``text`` as Avro writes a string (length, then UTF-8): found inside an event."""
+    buf = io.BytesIO()
+    schemaless_writer(buf, "string", text)
+    return buf.getvalue()
 
 
 def trail(crawl: KafkaCrawl, urls: Sequence[str]) -> str:

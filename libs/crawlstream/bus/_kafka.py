@@ -47,7 +47,6 @@ _RANGE = "range"
 _METADATA_TIMEOUT_S = 10.0
 _PROPAGATION_S = 3.0
 _QUEUE_FULL_TIMEOUT_S = 60.0
-_FAILURES_KEPT = 10  # delivery failures kept for the error message (all are counted)
 
 
 # Errors after which the same request succeeds once the cluster recovers (a broker restarted,
@@ -156,7 +155,7 @@ class KafkaProducer(Producer):
     def __init__(self, config: Mapping[str, Any], bus: KafkaBus | None = None) -> None:
         self._producer = confluent_kafka.Producer(dict(config))
         self._bus = bus
-        self._failures: list[tuple[str, int, KafkaError]] = []  # the first few, for the error
+        self._first_failure: tuple[str, int, KafkaError] | None = None  # named in the error
         self._failed = 0
         self._partition_counts: dict[str, int] = {}
         self._warn = _WarnOnce()
@@ -164,8 +163,8 @@ class KafkaProducer(Producer):
 
     def _on_delivery(self, err: KafkaError | None, msg: confluent_kafka.Message) -> None:
         if err is not None:
-            if len(self._failures) < _FAILURES_KEPT:
-                self._failures.append((str(msg.topic()), int(msg.partition() or -1), err))
+            if self._first_failure is None:
+                self._first_failure = (str(msg.topic()), int(msg.partition() or -1), err)
             self._failed += 1
             self._warn(err, f"delivery to {msg.topic()!r} partition {msg.partition()}")
 
@@ -213,9 +212,8 @@ class KafkaProducer(Producer):
             remaining = self._producer.flush(timeout_s)
         except KafkaException as exc:
             raise BusUnavailable(f"flush failed: {exc}") from exc
-        failures = self._failures
-        if failures:
-            topic, partition, err = failures[0]
+        if self._first_failure is not None:
+            topic, partition, err = self._first_failure
             raise BusUnavailable(
                 f"{self._failed} message(s) were not delivered (first: {topic!r} partition {partition}: "
                 f"{err.str()}); do not commit the input that produced them"
