@@ -21,7 +21,14 @@ from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
 from crawlstream.frontier import FrontierEntry, lane_priority
 from crawlstream.metrics import PolitenessMetrics, per_registry
-from crawlstream.politeness import EXCLUDED_ERROR, REFETCH_SOURCE, FetchOutcome, Scheduler, Validators
+from crawlstream.politeness import (
+    EXCLUDED_ERROR,
+    REFETCH_SOURCE,
+    ROBOTS_UNAVAILABLE_ERROR,
+    FetchOutcome,
+    Scheduler,
+    Validators,
+)
 from crawlstream.runtime import EventHandler, LoopService
 from crawlstream.services._host import Host, run_standalone
 from crawlstream.settings import Settings
@@ -52,13 +59,21 @@ def _validators(result: FetchResult) -> Validators | None:
     return Validators(headers.get("etag") or None, headers.get("last-modified") or None, result.content_hash)
 
 
+def _error(result: FetchResult) -> str | None:
+    if result.outcome == "robots_disallowed" and result.retry_after_s is not None:
+        # Only a robots.txt that could not be read asks for a back-off (fetch_result.avsc):
+        # the URL is retried once it may be readable, a transient failure must not drop it.
+        return ROBOTS_UNAVAILABLE_ERROR
+    return _ERRORS.get(result.outcome)
+
+
 def to_outcome(result: FetchResult) -> FetchOutcome:
     return FetchOutcome(
         status=result.status,
         elapsed_ms=float(result.elapsed_ms),
         retry_after_s=result.retry_after_s,
         crawl_delay_s=result.crawl_delay_s,
-        error=_ERRORS.get(result.outcome),
+        error=_error(result),
         validators=_validators(result),
     )
 

@@ -59,6 +59,7 @@ from crawlstream.cli._run import CRAWL_SERVICES
 from crawlstream.crawl import DrainDetector, LagProbe, is_idle
 from crawlstream.demoweb import DemoWeb, RequestRecord
 from crawlstream.errors import TransientError
+from crawlstream.events import EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
 from crawlstream.localkafka import LocalKafka
 from crawlstream.politeness import Scheduler
@@ -212,13 +213,16 @@ def trail(crawl: KafkaCrawl, urls: Sequence[str]) -> str:
     finally:
         bus.close()
     scheduler = Scheduler.from_settings(crawl.settings, crawl.redis)
+    codec = EventCodec.from_settings(crawl.settings)
+    results = [codec.decode(v, FetchResult) for v in values[FETCH_RESULTS]]
     lines = []
     for url in urls:
         needle = _avro_string(url)
         counts = {topic: sum(needle in v for v in values[topic]) for topic in topics}
+        outcomes = [f"{r.outcome} ({r.error})" for r in results if r.url == url]  # each attempt's
         domain = canonicalize(url).domain
         state = scheduler.domain_state(partition_for(domain, PARTITIONS), domain)
-        lines.append(f"  {url}: {counts}\n    {state}")
+        lines.append(f"  {url}: {counts}\n    results: {outcomes}\n    {state}")
     warnings = [
         f"  {p.name}: {line[:300]}"
         for p in crawl.processes

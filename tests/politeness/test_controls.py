@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import redis
 
 from crawlstream.frontier import FrontierEntry
@@ -304,6 +305,49 @@ def test_a_dns_failure_is_retried_with_back_off_like_a_503(make_scheduler: MakeS
     assert attempts == [0, 1, 2]  # retried up to max_retries, then given up
     assert waits == [2000, 4000, 8000]  # doubling, as after a 503
     assert s.stats["gave_up"] == 1
+
+
+@pytest.mark.parametrize(
+    ("retry_after_s", "attempts"),
+    [(None, [0]), (0.3, [0, 1, 2])],
+    ids=["a-rule-disallows-it-final", "robots-txt-unreadable-retried"],
+)
+def test_a_url_robots_txt_could_not_be_read_for_is_retried_and_one_a_rule_disallows_is_not(
+    make_scheduler: MakeScheduler, clock: ManualClock, retry_after_s: float | None, attempts: list[int]
+) -> None:
+    """RFC 9309's "complete disallow" after a 5xx or unreachable robots.txt lasts until it can be
+    read: the fetcher says so with a back-off, and the URL waits for it (a seed dropped on one
+    robots.txt timeout took its whole domain with it)."""
+    from crawlstream.events import FetchResult
+
+    outcome = to_outcome(
+        FetchResult(
+            url="https://a.example/0",
+            url_key=0,
+            domain="a.example",
+            depth=0,
+            status=0,
+            outcome="robots_disallowed",
+            error="robots.txt unreachable (network error)" if retry_after_s else "disallowed by robots.txt",
+            retry_after_s=retry_after_s,
+            fetched_at_ms=0,
+            elapsed_ms=3,
+            attempt=0,
+        )
+    )
+    assert outcome.retryable is (retry_after_s is not None)
+    s = make_scheduler(min_delay_s=1.0, response_time_factor=0, max_retries=2)
+    s.enqueue(0, _entries("a.example", 1))
+    seen = []
+    for _ in range(3):
+        tickets = [t for _ in range(200) for t in _due_after(s, clock)][:1]
+        if not tickets:
+            break
+        seen.append(tickets[0].entry.attempt)
+        s.complete(0, tickets[0].domain, tickets[0].url, outcome)
+    assert seen == attempts
+    assert s.stats["gave_up"] == (1 if retry_after_s else 0)
+    assert s.pending(0) == (0, 0)
 
 
 def _due_after(s: Scheduler, clock: ManualClock) -> list:  # type: ignore[type-arg]

@@ -7,11 +7,23 @@ from dataclasses import dataclass
 from crawlstream.frontier import HEADER_SIZE, FrontierEntry
 from crawlstream.politeness._revisit import Validators
 
-__all__ = ["BACKOFF_ERRORS", "BACKOFF_STATUSES", "EXCLUDED_ERROR", "DomainState", "FetchOutcome", "FetchTicket"]
+__all__ = [
+    "BACKOFF_ERRORS",
+    "BACKOFF_STATUSES",
+    "EXCLUDED_ERROR",
+    "ROBOTS_UNAVAILABLE_ERROR",
+    "DomainState",
+    "FetchOutcome",
+    "FetchTicket",
+]
 
 BACKOFF_STATUSES = frozenset({429, 503})
 BACKOFF_ERRORS = frozenset({"timeout", "lease_expired", "dns"})
-_RETRY_ERRORS = frozenset({"timeout", "connect", "lease_expired", "dns"})
+# robots.txt answered 5xx or could not be read: RFC 9309's "complete disallow" holds until it
+# can be read again, so the URL waits (the fetcher's back-off, then the usual retries); a URL a
+# rule disallows ("robots") is final.
+ROBOTS_UNAVAILABLE_ERROR = "robots_unavailable"
+_RETRY_ERRORS = frozenset({"timeout", "connect", "lease_expired", "dns", ROBOTS_UNAVAILABLE_ERROR})
 EXCLUDED_ERROR = "excluded"  # the fetcher skipped the request: its domain was excluded
 
 
@@ -20,8 +32,8 @@ class FetchOutcome:
     """What the fetcher reports back for one ticket.
 
     ``status`` is the HTTP status (0 when no response arrived; then ``error`` says why:
-    ``timeout``, ``connect``, ``dns``, ``robots``, ``excluded`` ...). ``retry_after_s`` is the parsed
-    Retry-After header; ``crawl_delay_s`` the host's robots.txt Crawl-delay, if any.
+    ``timeout``, ``connect``, ``dns``, ``robots``, ``robots_unavailable``, ``excluded`` ...).
+    ``retry_after_s`` is the parsed Retry-After header; ``crawl_delay_s`` the host's robots.txt Crawl-delay, if any.
     ``validators`` is set when the response is a page worth revisiting (a 2xx page, or a 304
     to a revisit): its ETag, Last-Modified and body hash, kept for the next visit (ADR 022).
     """
@@ -41,8 +53,9 @@ class FetchOutcome:
 
     @property
     def retryable(self) -> bool:
-        """Worth another attempt later: 429, any 5xx, a timeout, a refused connection or a
-        failed DNS lookup (often transient: a resolver timeout, SERVFAIL)."""
+        """Worth another attempt later: 429, any 5xx, a timeout, a refused connection, a
+        failed DNS lookup (often transient: a resolver timeout, SERVFAIL) or a robots.txt
+        that could not be read."""
         return self.status == 429 or 500 <= self.status <= 599 or self.error in _RETRY_ERRORS
 
     @property

@@ -173,7 +173,7 @@ class FetchSettings:
     robots_error_backoff_s: float = setting(
         300.0,
         "robots.txt answered 5xx or was unreachable: the host counts as fully disallowed for this long "
-        "(RFC 9309), reported as retry_after_s so the scheduler backs the domain off",
+        "(RFC 9309), reported as retry_after_s so the scheduler backs the domain off and retries the URL",
         check=positive,
     )
     max_decompression_ratio: float = setting(
