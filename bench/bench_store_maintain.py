@@ -14,6 +14,10 @@ stream of the same pages, the ratio goal of issue 13. Reads (always on the 150-p
 random order (CPU time of the reading thread, warm) after putting (hot) and after moving the
 same store to warm, then cold, then archive.
 
+``--synthetic`` (ADR 026): the pages of the e2e maintenance test's synthetic web (8 domains of
+15-60 KB pages of random words) through a store with and without bzip2 archive groups: the
+ratio against one zstd-19 stream, the pass's CPU per MB and archive-tier read latency.
+
 ``--retrain`` (ADR 021 "Retraining"): one domain of real pages that drifts (a shop's product
 pages, then articles of many sites) — the ratio with its first dictionary, then after one
 pass with the default retraining rules (retrain, recompress, drop), its peak memory by kind
@@ -160,6 +164,7 @@ def run(quick: bool) -> dict[str, Any]:
         "pass_bounded_memory_unbounded": _in_child(_pass(pages, 32 * 1024 * 1024, _HUGE)),
         "pass_unbounded_one_batch": _in_child(_pass(pages, _HUGE, _HUGE)),
         "read_cpu_per_tier_150_pages": _in_child(_reads_per_tier(sample)),
+        "synthetic_web": run_synthetic(quick),  # last: the parent may grow now, no pass forks after it
     }
 
 
@@ -289,5 +294,67 @@ def run_retrain(quick: bool) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ synthetic web (ADR 026)
+
+
+def _synthetic_pages() -> list[tuple[str, bytes]]:
+    """Every reachable page of tests/e2e/test_crawl_then_maintain.py's web, as served."""
+    import urllib.request
+
+    from crawlstream.demoweb import DemoWeb
+
+    web = DemoWeb(8, pages_per_domain=12, seed=9, special_every=0, crawl_delay_s=0.05, page_bytes=(15_000, 60_000))
+    pages = []
+    with web:
+        for url in sorted(web.reachable_pages()):
+            host, _, path = url.split("://", 1)[1].partition("/")
+            request = urllib.request.Request(f"http://127.0.0.1:{web.port}/{path}", headers={"Host": host})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                pages.append((url, response.read()))
+    return pages
+
+
+def _synthetic_pass(pages: list[tuple[str, bytes]], bzip2: bool) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore
+
+        with tempfile.TemporaryDirectory() as tmp:
+            with ContentStore(Path(tmp), archive_bzip2=bzip2) as store:
+                for url, body in pages:
+                    store.put(url, body, content_type="text/html", fetched_at_ms=0)
+                t = time.process_time()
+                store.maintain(ages_zero=True)
+                cpu_s = time.process_time() - t
+                st = store.stats()
+            with ContentStore(Path(tmp), archive_bzip2=bzip2) as store:
+                cpu: list[float] = []
+                for _ in range(3):
+                    for url, _body in pages:
+                        t = time.thread_time()
+                        store.get(url)
+                        cpu.append(time.thread_time() - t)
+        return {
+            "ratio": round(st.ratio, 3),
+            "stored_bytes": st.stored_bytes,
+            "dict_bytes": st.dict_bytes,
+            "maintain_cpu_mb_per_s": round(st.raw_bytes / 1e6 / cpu_s, 2),
+            "archive_read_cpu": latency_ms(cpu),
+        }
+
+    return run
+
+
+def run_synthetic(quick: bool) -> dict[str, Any]:
+    pages = _synthetic_pages()
+    return {
+        "pages": len(pages),
+        "raw_bytes": sum(len(b) for _, b in pages),
+        "stream_ratio": _stream_ratio(pages),
+        "archive_zstd_only": _in_child(_synthetic_pass(pages, False)),
+        "archive_bzip2_where_smaller": _in_child(_synthetic_pass(pages, True)),
+    }
+
+
 if __name__ == "__main__":
-    main(run_retrain if "--retrain" in sys.argv[1:] else run)
+    args = sys.argv[1:]
+    main(run_retrain if "--retrain" in args else run_synthetic if "--synthetic" in args else run)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.store import ContentStore, GroupHeader, decode_record_header
+from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, decode_record_header
 
 NO_DICTS = dict(dict_min_samples=10_000, global_dict_min_samples=10_000)
 
@@ -160,3 +160,73 @@ def test_torn_group_at_a_segment_tail_is_truncated_and_a_complete_unindexed_one_
         assert {store.entry(u).location.offset for u in urls} == {len(data)}  # type: ignore[union-attr]
         assert all(store.get(u) == b for u, b in zip(urls, bodies, strict=True))
         assert store.verify().ok
+
+
+def _prose(seed: int, size: int = 30_000) -> bytes:
+    """Random words of a small vocabulary, like the synthetic web's padded pages: no passage repeats."""
+    rng = random.Random(seed)
+    vocabulary = [bytes(rng.choice(b"bcdfgklmnprstvz") for _ in range(rng.randint(2, 9))) for _ in range(256)]
+    rng = random.Random(f"page {seed}")
+    words = b" ".join(rng.choice(vocabulary) for _ in range(size // 6))
+    return b"<html><body><p>" + words[:size] + b"</p></body></html>"
+
+
+def _prose_store(root: Path, **opts: object) -> dict[str, bytes]:
+    pages = {f"https://{site}.example/p/{i}": _prose(i + 10 * n) for n, site in enumerate("ab") for i in range(8)}
+    with ContentStore(root, group_bytes=300_000, **NO_DICTS, **opts) as store:  # type: ignore[arg-type]
+        for url, body in pages.items():
+            store.put(url, body, content_type="text/html", fetched_at_ms=0)
+        store.recompress(older_than_s=0, tier="cold", now_ms=1)
+        store.recompress(older_than_s=0, tier="archive", now_ms=2)
+    return pages
+
+
+def _group_kinds(root: Path, store: ContentStore) -> dict[tuple[str, int], GroupHeader]:
+    headers = {}
+    for e in store.search():
+        loc = e.location
+        header = decode_record_header((root / "segments" / loc.segment).read_bytes(), loc.offset)
+        assert isinstance(header, GroupHeader)
+        headers[(loc.segment, loc.offset)] = header
+    return headers
+
+
+def test_an_archive_group_of_prose_is_bzip2_when_smaller_and_reads_like_any_other(tmp_path: Path) -> None:
+    """ADR 026: bzip2's context sort beats an LZ window on text without repeated passages; only
+    the archive tier tries it, and only keeps it when it is smaller."""
+    pages = _prose_store(tmp_path / "bz")
+    _prose_store(tmp_path / "zstd", archive_bzip2=False)
+    sizes = {}
+    for name, kind in (("bz", KIND_GROUP_BZIP2), ("zstd", KIND_GROUP)):
+        root = tmp_path / name
+        with ContentStore(root, **NO_DICTS) as store:  # type: ignore[arg-type]
+            headers = _group_kinds(root, store)
+            assert len(headers) == 2 and {(h.kind, h.dict_id) for h in headers.values()} == {(kind, 0)}
+            assert all(store.get(url) == body for url, body in pages.items())
+            assert store.verify().ok
+            assert store.rebuild_index() == len(pages)
+            assert all(store.get(url) == body for url, body in pages.items())
+            sizes[name] = store.stats().segment_bytes
+    assert sizes["bz"] < sizes["zstd"]
+
+
+def test_a_damaged_bzip2_group_is_quarantined_and_the_other_groups_stay_readable(tmp_path: Path) -> None:
+    pages = _prose_store(tmp_path)
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        loc = store.entry("https://a.example/p/3").location  # type: ignore[union-attr]
+    seg = tmp_path / "segments" / loc.segment
+    data = bytearray(seg.read_bytes())
+    header = decode_record_header(data, loc.offset)
+    assert isinstance(header, GroupHeader) and header.kind == KIND_GROUP_BZIP2
+    data[loc.offset + header.header_size + header.frame_size // 2] ^= 0x55
+    seg.write_bytes(bytes(data))
+    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+        lost = {url for url in pages if url.startswith("https://a.")}
+        for url, body in pages.items():
+            if url in lost:
+                with pytest.raises(ChecksumMismatch):  # a bzip2 block is checked as a whole
+                    store.get(url)
+            else:
+                assert store.get(url) == body
+        report = store.verify()
+        assert [(p.segment, p.offset, p.kind) for p in report.problems] == [(loc.segment, loc.offset, "corrupt")]

@@ -246,6 +246,12 @@ class StoreSettings:
         "CPU caches): keeps a read's decoding near that of the largest single pages (ADR 002)",
         check=positive,
     )
+    archive_bzip2: bool = setting(
+        True,
+        "an archive-tier group is written as bzip2 instead of zstd when that is smaller (prose-like text; "
+        "real HTML stays zstd on its dictionary): the best ratio, ~10 ms to read a page of such a group, "
+        "and `zstd -d` no longer reads every record of a segment (ADR 026)",
+    )
     segment_bytes: int = setting(64 * 1024 * 1024, "segment file size before rolling to a new one", check=positive)
     fsync: str = setting(
         "batch",

@@ -13,6 +13,7 @@ See docs/decisions/002-content-store-layout.md for the layout and its measuremen
 from crawlstream.store._codec import (
     KIND_BODY,
     KIND_GROUP,
+    KIND_GROUP_BZIP2,
     KIND_REF,
     SKIPPABLE_MAGIC,
     GroupHeader,
@@ -45,6 +46,7 @@ __all__ = [
     "GLOBAL_DOMAIN",
     "KIND_BODY",
     "KIND_GROUP",
+    "KIND_GROUP_BZIP2",
     "KIND_REF",
     "SKIPPABLE_MAGIC",
     "TIERS",

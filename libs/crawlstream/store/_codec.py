@@ -24,7 +24,11 @@ each page also compresses against the pages before it (docs/decisions/002)::
     skippable frame: u32 magic | u32 payload_size | GROUP | count x MEMBER | u32 crc32(GROUP + MEMBERs)
     zstd frame: frame_size bytes, decompressing to  member 0 content | member 1 content | ...
 
-GROUP = version u8 (3), kind u8 (3), dict_id u32, frame_size u32, frame_checksum u64, count u16.
+GROUP = version u8 (3), kind u8 (3, or 4), dict_id u32, frame_size u32, frame_checksum u64, count u16.
+Kind 4 (archive tier only, ADR 026): the frame is one bzip2 stream (no dictionary, dict_id 0)
+instead of a zstd frame, written when it is the smaller of the two: prose-like text, whose
+Burrows-Wheeler sort finds context an LZ window does not. ``zstd -d`` stops at such a record
+(``bzip2 -d`` reads its frame); every other record is as above.
 MEMBER = kind u8 (body or ref), meta_len u32, body_size u32, checksum u64 (xxh3_64 of the
 member's content: its metadata line, then its body). A member's metadata line also carries
 its seq ("q") and fetched_at_ms ("f"); a ref member's also the body's hash ("h") and size
@@ -59,6 +63,7 @@ from crawlstream.errors import BadDataError, ChecksumMismatch
 __all__ = [
     "KIND_BODY",
     "KIND_GROUP",
+    "KIND_GROUP_BZIP2",
     "KIND_REF",
     "SKIPPABLE_MAGIC",
     "VERSION",
@@ -94,6 +99,8 @@ VERSION = 3
 KIND_BODY = 1
 KIND_REF = 2
 KIND_GROUP = 3
+KIND_GROUP_BZIP2 = 4
+GROUP_KINDS = (KIND_GROUP, KIND_GROUP_BZIP2)
 MAX_GROUP_MEMBERS = 0xFFFF
 _MAGIC_BYTES = _SKIP.pack(SKIPPABLE_MAGIC, 0)[:4]
 _PAYLOAD_SIZE = _HEADER.size + _CRC.size
@@ -103,6 +110,7 @@ _U32 = struct.Struct("<I")
 _MAX_ZSTD_RATIO = 32768
 """No zstd frame decompresses to more than this many bytes per stored byte (a 4-byte RLE block
 yields at most 128 KiB): a header that claims more is corrupt, whatever its crc32 says."""
+_MAX_BZIP2_RATIO = 50_000_000  # bzip2's worst case is ~46 million to 1 (runs of one byte)
 _JSON_ERRORS = (ValueError, RecursionError)  # RecursionError: nesting deeper than the C parser's stack
 
 
@@ -244,7 +252,8 @@ class Member:
 
 @dataclass(frozen=True)
 class GroupHeader:
-    """The skippable-frame header of a group record: the member table of one shared zstd frame."""
+    """The skippable-frame header of a group record: the member table of one shared frame
+    (zstd; bzip2 for ``kind`` ``KIND_GROUP_BZIP2``)."""
 
     dict_id: int
     frame_size: int
@@ -262,14 +271,19 @@ class GroupHeader:
         return self.members[-1].end
 
 
-def encode_group(*, dict_id: int, members: list[tuple[int, int, int, int]], frame: bytes) -> bytes:
+def encode_group(
+    *, dict_id: int, members: list[tuple[int, int, int, int]], frame: bytes, kind: int = KIND_GROUP
+) -> bytes:
     """One group record. ``members`` are (kind, meta_len, body_size, member_checksum) in frame
-    order; ``frame`` is the zstd compression of their contents concatenated."""
+    order; ``frame`` is the zstd (``kind`` 3) or bzip2 (``kind`` 4, no dictionary) compression
+    of their contents concatenated."""
+    if kind not in GROUP_KINDS or (kind == KIND_GROUP_BZIP2 and dict_id):
+        raise ValueError(f"a group is of kind 3 (zstd) or 4 (bzip2, without a dictionary), got {kind}/{dict_id}")
     if not members or len(members) > MAX_GROUP_MEMBERS:
         raise ValueError(f"a group holds 1 to {MAX_GROUP_MEMBERS} members, got {len(members)}")
     if not frame or len(frame) > 0xFFFFFFFF:
         raise ValueError(f"a group frame must be 1 byte to 4 GiB, got {len(frame)}")
-    payload = _GROUP.pack(VERSION, KIND_GROUP, dict_id, len(frame), frame_checksum(frame), len(members)) + b"".join(
+    payload = _GROUP.pack(VERSION, kind, dict_id, len(frame), frame_checksum(frame), len(members)) + b"".join(
         _MEMBER.pack(kind, meta_len, body_size, checksum) for kind, meta_len, body_size, checksum in members
     )
     return _SKIP.pack(SKIPPABLE_MAGIC, len(payload) + _CRC.size) + payload + _CRC.pack(zlib.crc32(payload)) + frame
@@ -329,10 +343,12 @@ def decode_record_header(buf: bytes | memoryview, offset: int = 0) -> RecordHead
 def _check_expansion(header: RecordHeader | GroupHeader, offset: int) -> None:
     """ChecksumMismatch if the header claims more content than its frame could hold: readers
     size their buffers from these fields, so a bogus one must never reach them."""
-    if header.content_size > header.frame_size * _MAX_ZSTD_RATIO:
+    bzip2 = header.kind == KIND_GROUP_BZIP2
+    if header.content_size > header.frame_size * (_MAX_BZIP2_RATIO if bzip2 else _MAX_ZSTD_RATIO):
+        codec = "bzip2" if bzip2 else "zstd"
         raise ChecksumMismatch(
             f"record at offset {offset} claims {header.content_size} content bytes from a "
-            f"{header.frame_size}-byte zstd frame, more than zstd can expand: the header is corrupt"
+            f"{header.frame_size}-byte {codec} frame, more than {codec} can expand: the header is corrupt"
         )
 
 
@@ -353,7 +369,8 @@ def _decode_group_header(view: memoryview, offset: int, start: int, size: int) -
         raise UnsupportedFormat(
             f"record at offset {offset} is in store format version {version}; this build reads version {VERSION}"
         )
-    if kind != KIND_GROUP or count != (size - _GROUP.size - _CRC.size) // _MEMBER.size or not frame_size:
+    consistent = kind == KIND_GROUP or (kind == KIND_GROUP_BZIP2 and not dict_id)
+    if not consistent or count != (size - _GROUP.size - _CRC.size) // _MEMBER.size or not frame_size:
         raise ChecksumMismatch(f"group header at offset {offset} is inconsistent (kind {kind}, {count} members)")
     members: list[Member] = []
     pos = 0
@@ -366,7 +383,7 @@ def _decode_group_header(view: memoryview, offset: int, start: int, size: int) -
     header_size = _SKIP.size + size
     if offset + header_size + frame_size > len(view):
         raise TornRecord(f"group record at offset {offset} ends past the end of the data")
-    header = GroupHeader(dict_id, frame_size, fsum, tuple(members), header_size)
+    header = GroupHeader(dict_id, frame_size, fsum, tuple(members), header_size, kind)
     _check_expansion(header, offset)
     return header
 

@@ -27,6 +27,7 @@ class StoreConfig:
     large_body_bytes: int = 4 * 1024 * 1024
     group_bytes: int = 1024 * 1024
     global_group_bytes: int = 640 * 1024
+    archive_bzip2: bool = True  # an archive group is bzip2 when that is smaller (ADR 026)
     segment_bytes: int = 64 * 1024 * 1024
     fsync: str = "batch"
     tier_after_s: Mapping[str, float] = field(  # age (s) after which a page moves to warm / cold / archive

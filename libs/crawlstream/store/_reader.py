@@ -9,6 +9,7 @@ the shared ones serve puts and reads, and zstd contexts are not thread-safe.
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
 import logging
 import threading
@@ -21,6 +22,7 @@ import zstandard as zstd
 from crawlstream.errors import BadDataError, ChecksumMismatch
 from crawlstream.store._codec import (
     KIND_BODY,
+    KIND_GROUP_BZIP2,
     KIND_REF,
     GroupHeader,
     Member,
@@ -164,6 +166,11 @@ class RecordReader:
             check_member(member, what, piece)
             return bytes(piece[member.meta_len :]), bytes(piece[: member.meta_len])
         head_end = member.start + member.meta_len
+        if header.kind == KIND_GROUP_BZIP2:
+            content = bzip2_prefix(frame, member.end)
+            head, body = content[:head_end], content[head_end:]
+            check_member(member, what, memoryview(head)[member.start :], body)
+            return body, head[member.start :]
         check_declared_size(frame, member.end, what)
         try:
             with dicts.decompressor(header.dict_id).stream_reader(frame, read_size=len(frame)) as reader:
@@ -192,6 +199,8 @@ class RecordReader:
         frame failing its checksum is fed in slices and decompressed as far as zstd gets: the
         members it yields are trusted only if their own checksums match.
         """
+        if header.kind == KIND_GROUP_BZIP2:
+            return _bzip2_group_content(frame, upto, frame_ok)[start:upto]
         dec = (dicts or self._dicts).decompressor(header.dict_id)
         if frame_ok:
             check_declared_size(frame, upto, "group frame")
@@ -333,6 +342,35 @@ def decompress_single(dec: zstd.ZstdDecompressor, frame: bytes | memoryview, siz
         with dec.stream_reader(frame, read_size=len(frame), read_across_frames=True) as reader:
             content = reader.read(size + 1)
     return content
+
+
+def bzip2_prefix(frame: bytes | memoryview, upto: int) -> bytes:
+    """The first ``upto`` bytes of an intact bzip2 group frame (decoding stops there)."""
+    try:
+        content = bz2.BZ2Decompressor().decompress(frame, max_length=upto)
+    except (OSError, EOFError, ValueError) as exc:
+        raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
+    if len(content) < upto:
+        raise ChecksumMismatch(f"group frame holds {len(content)} bytes, its members need {upto}")
+    return content
+
+
+def _bzip2_group_content(frame: bytes | memoryview, upto: int, frame_ok: bool) -> memoryview:
+    """``RecordReader.group_content`` of a bzip2 frame: whole when intact, else as far as it decodes."""
+    if frame_ok:
+        return memoryview(bzip2_prefix(frame, upto))
+    dobj = bz2.BZ2Decompressor()
+    pieces: list[bytes] = []
+    have = pos = 0
+    try:
+        while have < upto and pos < len(frame) and not dobj.eof:
+            piece = dobj.decompress(frame[pos : pos + _GROUP_READ_SLICE], max_length=upto - have)
+            pos += _GROUP_READ_SLICE
+            pieces.append(piece)
+            have += len(piece)
+    except (OSError, EOFError, ValueError):
+        pass  # keep what decoded before the damage
+    return memoryview(b"".join(pieces))
 
 
 def check_declared_size(frame: bytes | memoryview, needed: int, what: str) -> None:

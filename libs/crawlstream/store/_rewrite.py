@@ -9,12 +9,22 @@ swap (``_tiering``) decides which still apply.
 
 from __future__ import annotations
 
+import bz2
 import threading
 from collections import defaultdict
 from typing import Any
 
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.store._codec import KIND_BODY, KIND_REF, MAX_GROUP_MEMBERS, encode_group, encode_meta, member_checksum
+from crawlstream.store._codec import (
+    KIND_BODY,
+    KIND_GROUP,
+    KIND_GROUP_BZIP2,
+    KIND_REF,
+    MAX_GROUP_MEMBERS,
+    encode_group,
+    encode_meta,
+    member_checksum,
+)
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictCodecs, DictionaryStore
 from crawlstream.store._files import AppendFile, ReadCache
@@ -63,6 +73,17 @@ class Rewriter:
         cost of the largest single pages (ADR 002).
         """
         return self._config.global_group_bytes if self._dicts.is_global(dict_id) else self._config.group_bytes
+
+    def group_frame(self, content: bytes, tier: str, dict_id: int, codecs: DictCodecs) -> tuple[int, int, bytes]:
+        """(group kind, dictionary id, frame) of a group's content: zstd on its dictionary, or in
+        the archive tier bzip2 when that is smaller (ADR 026: uniform prose, whose Burrows-Wheeler
+        sort beats any LZ window; real HTML keeps its zstd frame and dictionary)."""
+        frame = codecs.compressor(self._config.levels[tier], dict_id).compress(content)
+        if tier == "archive" and self._config.archive_bzip2:
+            packed = bz2.compress(content, 9)
+            if len(packed) < len(frame):
+                return KIND_GROUP_BZIP2, 0, packed
+        return KIND_GROUP, dict_id, frame
 
     def allocate(self, tier: str, writers: list[AppendFile]) -> AppendFile:
         """A new segment for the batch: numbered and created under the lock (puts number theirs there too)."""
@@ -134,14 +155,15 @@ class Rewriter:
             # its end, so only the largest member pays for the whole frame (ADR 002).
             group.sort(key=lambda m: (m[1] == KIND_REF, len(m[3])))
             contents = [meta_line + body for _, _, meta_line, body in group]
-            frame = codecs.compressor(config.levels[tier], group_dict).compress(b"".join(contents))
+            frame_kind, frame_dict, frame = self.group_frame(b"".join(contents), tier, group_dict, codecs)
             record = encode_group(
-                dict_id=group_dict,
+                dict_id=frame_dict,
                 members=[
                     (kind, len(meta_line), len(body), member_checksum(content))
                     for (_, kind, meta_line, body), content in zip(group, contents, strict=True)
                 ],
                 frame=frame,
+                kind=frame_kind,
             )
             w = out()
             name = self._segments.name(w.path)
@@ -151,7 +173,7 @@ class Rewriter:
                 tuple(map(len, contents)), frozenset(i for i, g in enumerate(group) if g[1] == KIND_BODY)
             )
             for i, (move, kind, _, _) in enumerate(group):
-                here = Location(name, off, len(record), group_dict, tier, i)
+                here = Location(name, off, len(record), frame_dict, tier, i)
                 if kind == KIND_REF:
                     share = max(1, len(record) * len(contents[i]) // total)
                     body_loc = new_locs[move.entry.content_hash]
