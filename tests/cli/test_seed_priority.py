@@ -43,6 +43,7 @@ LINES = [
     "http://e.example/some page",  # no number at the end: the whole line is the URL, as before
     "http://f.example/ 2147483648",  # beyond an Avro int: refused, counted
     "http://g.example/ -4",  # negative: refused, counted
+    "http://h.example/z\u20034",  # any whitespace separates the number (an em space here), as in `run --seeds`
 ]
 
 
@@ -53,7 +54,7 @@ def test_priority_for_every_seed_and_per_line(
     seeds.write_text("\n".join(LINES) + "\n")
     assert main(["seed", str(seeds), "--priority", "7", "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert report["outcomes"] == {"sent": 6, "duplicate": 0, "invalid": 2}
+    assert report["outcomes"] == {"sent": 7, "duplicate": 0, "invalid": 2}
     assert report["invalid_by_reason"] == {"priority": 2}
     sent = _sent(data_dir)
     assert {url: e.priority for url, e in sent.items()} == {
@@ -63,6 +64,7 @@ def test_priority_for_every_seed_and_per_line(
         "http://c.example/x": 3,
         "http://d.example/y": 12,
         "http://e.example/some%20page": 7,
+        "http://h.example/z": 4,
     }
     assert sent["http://d.example/y"].raw_url == "HTTP://D.example/y"
     assert {e.source for e in sent.values()} == {"seed"}

@@ -797,7 +797,7 @@ class SeedIntake:
                     invalid["encoding"] += 1
                     continue
                 line_encoder = None
-                if " " in text or "\t" in text:  # "URL N": the line's own priority
+                if len(text.split(maxsplit=1)) > 1:  # "URL N" (any whitespace, as split_priority): its own priority
                     try:
                         text, line_priority = split_priority(text)
                     except ValueError:
