@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -276,22 +276,28 @@ def test_the_crawl_budget_caps_pages_plus_in_flight_and_refunds_failures(
 # -- DNS failures ---------------------------------------------------------------------------------
 
 
-def test_a_dns_failure_is_retried_with_back_off_like_a_503(make_scheduler: MakeScheduler, clock: ManualClock) -> None:
+def _failed(outcome: str, **fields: Any) -> FetchOutcome:
+    """What the scheduler makes of a fetch result of ``a.example/0`` that received no response."""
     from crawlstream.events import FetchResult
 
-    dns = to_outcome(
+    return to_outcome(
         FetchResult(
             url="https://a.example/0",
             url_key=0,
             domain="a.example",
             depth=0,
             status=0,
-            outcome="dns_error",
+            outcome=outcome,
             fetched_at_ms=0,
             elapsed_ms=3,
             attempt=0,
+            **fields,
         )
     )
+
+
+def test_a_dns_failure_is_retried_with_back_off_like_a_503(make_scheduler: MakeScheduler, clock: ManualClock) -> None:
+    dns = _failed("dns_error")
     assert dns.backs_off and dns.retryable
     s = make_scheduler(min_delay_s=1.0, response_time_factor=0, max_retries=2)
     s.enqueue(0, _entries("a.example", 1))
@@ -318,22 +324,10 @@ def test_a_url_robots_txt_could_not_be_read_for_is_retried_and_one_a_rule_disall
     """RFC 9309's "complete disallow" after a 5xx or unreachable robots.txt lasts until it can be
     read: the fetcher says so with a back-off, and the URL waits for it (a seed dropped on one
     robots.txt timeout took its whole domain with it)."""
-    from crawlstream.events import FetchResult
-
-    outcome = to_outcome(
-        FetchResult(
-            url="https://a.example/0",
-            url_key=0,
-            domain="a.example",
-            depth=0,
-            status=0,
-            outcome="robots_disallowed",
-            error="robots.txt unreachable (network error)" if retry_after_s else "disallowed by robots.txt",
-            retry_after_s=retry_after_s,
-            fetched_at_ms=0,
-            elapsed_ms=3,
-            attempt=0,
-        )
+    outcome = _failed(
+        "robots_disallowed",
+        error="robots.txt unreachable (network error)" if retry_after_s else "disallowed by robots.txt",
+        retry_after_s=retry_after_s,
     )
     assert outcome.retryable is (retry_after_s is not None)
     s = make_scheduler(min_delay_s=1.0, response_time_factor=0, max_retries=2)
