@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,13 +13,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from crawlstream.localproc import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
@@ -35,7 +30,7 @@ def _get(url: str, token: str | None = None) -> tuple[int, dict[str, object]]:
 def test_query_api_service_serves_the_index_with_acl_and_stops_on_sigterm(lake_root: Path, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"svc-token": [1]}))
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "CRAWLSTREAM_DATA_DIR": str(lake_root),

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from crawlstream.demoweb import DemoWeb
+from crawlstream.localproc import free_port
 from tests.e2e.e2e_support import crawl_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,12 +62,6 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
     """A fast, polite crawl of the synthetic web (tests/e2e's settings), quiet on stderr."""
     quiet = {"CRAWLSTREAM_LOG_LEVEL": "WARNING", "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": "1"}
@@ -81,7 +75,7 @@ def _serve(env: dict[str, str]) -> Iterator[str]:
     The port is free when chosen but may be taken before the server binds it (other test
     processes share the machine): a server that exits saying so is started again on another."""
     for attempt in range(3):
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "crawlstream", "serve"],
             env={**env, "CRAWLSTREAM_API_PORT": str(port)},

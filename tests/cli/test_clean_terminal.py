@@ -6,24 +6,19 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from crawlstream.localproc import free_port
+
 MAX_LINES_BEFORE_API = 25
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_demo_prints_a_few_lines_before_the_api_is_up_and_logs_to_a_file(tmp_path: Path) -> None:
-    data_dir, port = tmp_path / "data", _free_port()
+    data_dir, port = tmp_path / "data", free_port()
     env = {k: v for k, v in os.environ.items() if k != "CRAWLSTREAM_LOG_LEVEL"}
     env.update(
         CRAWLSTREAM_CRAWL_MAX_PAGES="12",  # the display and the line count, not a whole crawl

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from crawlstream.cli import main
 from crawlstream.demoweb import DemoWeb
 from crawlstream.index import IndexReader
 from crawlstream.localkafka import LocalKafka
+from crawlstream.localproc import free_port
 from crawlstream.store import ContentStore, Entry
 from crawlstream.topics import ALL_TOPICS, dlq_topic
 from tests.e2e.e2e_support import crawl_env
@@ -125,12 +125,6 @@ def test_runbook_replay_rebuilds_an_index_that_answers_for_the_crawled_domains(
         reader.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _status_code(url: str, token: str) -> int:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     try:
@@ -144,7 +138,7 @@ def test_runbook_token_rotation_takes_effect_in_the_running_api_within_a_second(
     env = _env(tmp_path / "data")
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"old-token": "*"}))
-    port = _free_port()
+    port = free_port()
     env = {**env, "CRAWLSTREAM_API_TOKENS_FILE": str(tokens), "CRAWLSTREAM_API_PORT": str(port)}
     api = subprocess.Popen([sys.executable, "-m", "crawlstream", "serve"], env=env, stderr=subprocess.PIPE)
     status = f"http://127.0.0.1:{port}/v1/status"

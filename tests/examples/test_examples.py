@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from crawlstream.events import TOPIC_EVENTS, EventCodec, LocalSchemaIds
 from crawlstream.lake import ALIAS_DATASETS
 from crawlstream.localkafka import LocalKafka
+from crawlstream.localproc import free_port
 from crawlstream.services._host import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.store import ContentStore
@@ -180,14 +180,8 @@ def test_the_imported_dataset_is_answered_by_the_index(world: World) -> None:
     assert in_dataset == {canonicalize(u).url for u in world.dataset_urls}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_content_stored_reader_fetches_every_stored_page_through_the_api(world: World) -> None:
-    port = _free_port()
+    port = free_port()
     env = world.env | {"CRAWLSTREAM_API_PORT": str(port), "CRAWLSTREAM_API_SERVE_CONTENT": "true"}
     server = subprocess.Popen(
         [sys.executable, "-m", "crawlstream", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

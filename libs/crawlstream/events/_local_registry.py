@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import IO, Final
 
 from crawlstream.errors import BusUnavailable, ConfigError
-from crawlstream.localkafka._cluster import _die_with_parent, _free_port
+from crawlstream.localproc import die_with_parent, free_port, stop_processes
 
 __all__ = ["APICURIO_VERSION", "CCOMPAT_PATH", "LocalSchemaRegistry", "find_registry_java", "find_schema_registry"]
 
@@ -163,7 +163,7 @@ class LocalSchemaRegistry:
         java = find_registry_java(self.java)
         self._temp = tempfile.TemporaryDirectory(prefix="crawlstream-schema-registry-")
         work = Path(self._temp.name)
-        self._port, management_port = _free_port(), _free_port()
+        self._port, management_port = free_port(), free_port()
         self._log = open(work / "registry.log", "ab")  # noqa: SIM115 (closed in stop())
         started = time.monotonic()
         try:
@@ -187,7 +187,7 @@ class LocalSchemaRegistry:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
             logger.info("schema registry: pid %d, %s (java %s)", self._process.pid, self.url, java)
             self.wait_ready()
@@ -235,16 +235,8 @@ class LocalSchemaRegistry:
     def stop(self) -> None:
         """SIGTERM the JVM, SIGKILL it after the bound; remove the work dir. Safe to call twice."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                logger.warning(
-                    "schema registry pid %d ignored SIGTERM for %.0fs; killing it", process.pid, self.stop_timeout_s
-                )
-                process.kill()
-                process.wait(timeout=10)
+        if process is not None:
+            stop_processes([process], self.stop_timeout_s, "schema registry")
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -14,8 +14,6 @@ so a crashed test never leaves brokers behind.
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -33,6 +31,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from crawlstream.errors import BusUnavailable, ConfigError
+from crawlstream.localproc import die_with_parent, free_port, stop_processes
 
 __all__ = ["KAFKA_VERSION", "LocalKafka", "find_kafka_libs"]
 
@@ -47,7 +46,6 @@ _LIBS_ENV: Final = "CRAWLSTREAM_KAFKA_LIBS"
 _CACHE_REL: Final = Path(".cache") / "kafka" / "libs"
 _MAIN_CLASS: Final = "kafka.Kafka"
 _STORAGE_TOOL: Final = "kafka.tools.StorageTool"
-_PR_SET_PDEATHSIG: Final = 1
 # Sized for a laptop and for CI (2 cores, three brokers beside the crawl): the heap a test
 # broker needs is small; G1 with a short pause target keeps produce latency even.
 _JVM_OPTIONS: Final = (
@@ -103,12 +101,6 @@ def _java() -> str:
     return java
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _port_is_free(port: int) -> bool:
     """Whether a listener could bind ``port`` now. SO_REUSEADDR as the JVM sets it: a restarted
     broker's port still has connections in TIME_WAIT, which do not stop it listening again."""
@@ -119,12 +111,6 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: the kernel sends SIGKILL when the parent process dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -250,12 +236,7 @@ class LocalKafka:
         node = self._node(node_id)
         if not node.running or node.process is None:
             return
-        node.process.send_signal(sig)
-        try:
-            node.process.wait(timeout=self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            node.process.kill()
-            node.process.wait(timeout=10)
+        stop_processes([node.process], self.stop_timeout_s, f"Kafka node {node_id}", sig)
         logger.info("Kafka node %d stopped (signal %s)", node_id, signal.Signals(sig).name)
 
     def restart(self, node_id: int) -> None:
@@ -269,19 +250,7 @@ class LocalKafka:
     def stop(self) -> None:
         """SIGTERM every node at once (a clean shutdown), SIGKILL any still running after the
         bound; remove the temp dir if this object made one. Safe to call twice."""
-        running = [n for n in self._nodes if n.running and n.process is not None]
-        for node in running:
-            assert node.process is not None
-            node.process.terminate()
-        deadline = time.monotonic() + self.stop_timeout_s
-        for node in running:
-            assert node.process is not None
-            try:
-                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.warning("Kafka node %d ignored SIGTERM for %.0fs; killing it", node.node_id, self.stop_timeout_s)
-                node.process.kill()
-                node.process.wait(timeout=10)
+        stop_processes([n.process for n in self._nodes if n.process is not None], self.stop_timeout_s, "Kafka node")
         for node in self._nodes:
             if node.stdout is not None:
                 node.stdout.close()
@@ -326,7 +295,7 @@ class LocalKafka:
         for i, node_id in enumerate(range(1, self.brokers + 1)):
             ports = recorded.get("ports", [])[i] if recorded else None
             if not ports or not all(map(_port_is_free, ports)):
-                ports = [_free_port(), _free_port()]
+                ports = [free_port(), free_port()]
             nodes.append(_Node(node_id, ports[0], ports[1], root / f"node-{node_id}"))
         cluster_id = recorded.get("cluster_id") or self._random_cluster_id()
         ports = [[n.port, n.controller_port] for n in nodes]
@@ -434,7 +403,7 @@ class LocalKafka:
             stdin=subprocess.DEVNULL,
             stdout=node.stdout,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         logger.info("Kafka node %d: pid %d, %s", node.node_id, node.process.pid, node.address)
 

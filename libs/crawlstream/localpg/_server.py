@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from crawlstream.errors import ConfigError, StorageUnavailable
+from crawlstream.localproc import free_port
 
 __all__ = ["LocalPostgres", "find_pg_bin"]
 
@@ -56,12 +56,6 @@ def find_pg_bin() -> Path:
     raise ConfigError(
         "PostgreSQL's initdb was not found: run `make postgres` (apt-get install postgresql) or put it on PATH"
     )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LocalPostgres:
@@ -109,7 +103,7 @@ class LocalPostgres:
                     f"running as root, PostgreSQL needs the user {self._user!r} (apt-get install postgresql "
                     "creates it)"
                 ) from exc
-        self.port = _free_port()
+        self.port = free_port()
         try:
             self._run("initdb", "-D", str(data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8",
                       "--locale=C", "--no-sync")
