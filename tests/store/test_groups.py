@@ -230,3 +230,28 @@ def test_a_damaged_bzip2_group_is_quarantined_and_the_other_groups_stay_readable
                 assert store.get(url) == body
         report = store.verify()
         assert [(p.segment, p.offset, p.kind) for p in report.problems] == [(loc.segment, loc.offset, "corrupt")]
+
+
+def test_bzip2_groups_are_decoded_once_however_many_of_their_pages_are_read_in_turn() -> None:
+    """The reader keeps the last bzip2 groups' decoders: page after page of one group (export,
+    maintenance) continues the decoding instead of starting over."""
+    import bz2
+
+    from crawlstream.store._reader import Bzip2Groups
+
+    contents = [_prose(i, 200_000) for i in range(3)]
+    frames = [bz2.compress(c, 9) for c in contents]
+    groups = Bzip2Groups(size=2)
+    for upto in (10, 5_000, 150_000, len(contents[0])):  # one group, read further each time
+        assert groups.prefix(("s", 0, 1), frames[0], upto)[:upto] == contents[0][:upto]
+    assert groups.prefix(("s", 9, 2), frames[1], 100)[:100] == contents[1][:100]
+    assert groups.prefix(("s", 18, 3), frames[2], 100)[:100] == contents[2][:100]  # the first is dropped
+    assert groups.prefix(("s", 0, 1), frames[0], 70_000)[:70_000] == contents[0][:70_000]  # decoded anew
+    # the same place with another frame (a segment number reused after its file was removed)
+    assert groups.prefix(("s", 0, 4), frames[1], 50)[:50] == contents[1][:50]
+    cut = frames[2][: len(frames[2]) // 2]  # (a damaged frame never gets here: its checksum fails first)
+    for _ in range(2):  # a frame that fails is not kept
+        with pytest.raises(ChecksumMismatch):
+            groups.prefix(("s", 27, 5), cut, len(contents[2]))
+    with pytest.raises(ChecksumMismatch):  # the members need more than the frame holds
+        groups.prefix(("s", 36, 6), frames[1], len(contents[1]) + 1)
