@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = ["Fetcher", "load_resolve_map", "redirect_hop_record"]
 
 logger = logging.getLogger(__name__)
+# Errors of a connection that closed or reset mid-exchange (outcome connect_error: retried).
+_CONNECTION_LOST = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError, ConnectionError)
 
 # The default User-Agent's contact: a crawl of the real web with it draws a warning.
 PLACEHOLDER_CONTACT = "example.invalid"
@@ -531,6 +533,10 @@ class Fetcher:
             raise _Failure("connect_error", f"connect failed: {exc}") from exc
         except TimeoutError as exc:  # aiohttp's timeouts subclass asyncio.TimeoutError == TimeoutError
             raise _Failure("timeout", f"timed out ({exc.__class__.__name__})") from exc
+        except _CONNECTION_LOST as exc:
+            # The connection closed or reset before the response was whole: transient like a
+            # refused connect (Scrapy's RetryMiddleware retries these too), so retried the same way.
+            raise _Failure("connect_error", f"connection lost: {exc.__class__.__name__}: {exc}") from exc
         except (aiohttp.ClientError, UnsupportedEncoding, CorruptEncoding, zlib.error, OSError) as exc:
             raise _Failure("error", f"{exc.__class__.__name__}: {exc}") from exc
 

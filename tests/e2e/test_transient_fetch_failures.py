@@ -1,15 +1,18 @@
-"""A robots.txt that cannot be read for a moment must not cost the site.
+"""A failure that passes must not cost the page, nor, for a seed, the site.
 
 RFC 9309: a 5xx or an unreachable robots.txt means "disallow everything" *until it can be
 read*. The crawl once gave up a URL on that answer at once; when it was a seed, the whole
 site was lost (a loaded machine timing out robots.txt fetches lost whole domains in the
-Kafka fault tests). Here a real server on loopback answers robots.txt with 503, then with a
-timeout (it answers too late), then normally: the seed waits and the site is crawled.
+Kafka fault tests). Likewise a connection that closed mid-response (a server restarting, a
+reset) was outcome ``error``, never retried. Here a real server on loopback answers robots.txt
+with 503, then too late, then normally, and cuts its first response for a page short: the seed
+waits, the page is asked again, and the site is crawled.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +27,11 @@ from crawlstream.services._host import open_host
 from crawlstream.store import ContentStore
 
 HOST = "flaky-robots.example"
-PAGES = {"/": b'<html><body><a href="/a">a</a></body></html>', "/a": b"<html><body>a leaf</body></html>"}
+PAGES = {
+    "/": b'<html><body><a href="/a">a</a> <a href="/dropped-once">d</a></body></html>',
+    "/a": b"<html><body>a leaf</body></html>",
+    "/dropped-once": b"<html><body>served on the second try</body></html>",
+}
 
 
 class FlakyRobots(ThreadingHTTPServer):
@@ -52,6 +59,16 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(FETCH_TIMEOUT_S * 2)  # the fetcher gave up before this
                 return self._send(200, b"User-agent: *\nDisallow: /\n")
             return self._send(200, b"User-agent: *\nAllow: /\n")
+        if self.path == "/dropped-once" and self.server.requests.count(self.path) == 1:
+            # cut mid-body: a dropped connection before any response aiohttp itself asks again
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(PAGES[self.path])))
+            self.end_headers()
+            self.wfile.write(PAGES[self.path][:10])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return None
         body = PAGES.get(self.path)
         if body is None:
             return self._send(404, b"not found")
@@ -82,7 +99,7 @@ def server() -> Iterator[FlakyRobots]:
 
 
 @pytest.mark.timeout(120)
-def test_a_seed_whose_robots_txt_fails_twice_waits_and_its_site_is_crawled(
+def test_a_seed_whose_robots_txt_fails_twice_waits_and_a_dropped_connection_is_retried(
     tmp_path: Path, server: FlakyRobots
 ) -> None:
     settings = crawl_settings(tmp_path / "data")
@@ -98,8 +115,11 @@ def test_a_seed_whose_robots_txt_fails_twice_waits_and_its_site_is_crawled(
     assert summary.reason == "drained"
     pages = [p for p in server.requests if p != "/robots.txt"]
     assert server.requests.count("/robots.txt") == 3  # 503, timed out, read
-    # each page once, after robots.txt could be read (which names no sitemap: the fallback is tried)
-    assert sorted(pages) == ["/", "/a", "/sitemap.xml"]
+    # each page once after robots.txt could be read (it names no sitemap: the fallback is tried),
+    # the dropped one twice
+    assert sorted(pages) == ["/", "/a", "/dropped-once", "/dropped-once", "/sitemap.xml"]
     assert server.requests.index("/") > 2
     with ContentStore.from_settings(settings) as store:
-        assert {e.url for e in store.search() if e.status == 200} == {f"http://{HOST}/", f"http://{HOST}/a"}
+        assert {e.url: store.get(e.url) for e in store.search() if e.status == 200} == {
+            f"http://{HOST}{path}": body for path, body in PAGES.items()
+        }
