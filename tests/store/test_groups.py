@@ -255,3 +255,14 @@ def test_bzip2_groups_are_decoded_once_however_many_of_their_pages_are_read_in_t
             groups.prefix(("s", 27, 5), cut, len(contents[2]))
     with pytest.raises(ChecksumMismatch):  # the members need more than the frame holds
         groups.prefix(("s", 36, 6), frames[1], len(contents[1]) + 1)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, True), ("false", False)])
+def test_store_archive_bzip2_comes_from_the_settings(tmp_path: Path, value: str | None, expected: bool) -> None:
+    from crawlstream.settings import load
+
+    env = {"CRAWLSTREAM_DATA_DIR": str(tmp_path)}
+    if value is not None:
+        env["CRAWLSTREAM_STORE_ARCHIVE_BZIP2"] = value
+    with ContentStore.from_settings(load(env)) as store:
+        assert store.config.archive_bzip2 is expected
