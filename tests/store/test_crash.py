@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from crawlstream.store import ContentStore
+from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 sys.path.insert(0, str(CHILD.parent))
 from _crash_child import body_for  # noqa: E402
+from store_support import group_headers  # noqa: E402
 
 
 def _run_and_kill(args: list[str], side: Path, ready: str | None, min_lines: int, delay_s: float) -> None:
@@ -91,3 +92,5 @@ def test_kill_during_a_maintenance_pass_loses_nothing_and_leaves_nothing_half_mo
         assert {e.location.tier for e in store.search()} == {"archive"}
         assert all(store.get(entry.url) == body_for(entry.url) for entry in store.search())
         assert store.stats().quarantined_urls == []
+        kinds = {h.kind for h in group_headers(root, store).values()}
+        assert KIND_GROUP_BZIP2 in kinds and kinds <= {KIND_GROUP, KIND_GROUP_BZIP2}  # bzip2 groups were moved too

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from store_support import group_headers
 
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, decode_record_header
@@ -181,16 +182,6 @@ def _prose_store(root: Path, **opts: object) -> dict[str, bytes]:
     return pages
 
 
-def _group_kinds(root: Path, store: ContentStore) -> dict[tuple[str, int], GroupHeader]:
-    headers = {}
-    for e in store.search():
-        loc = e.location
-        header = decode_record_header((root / "segments" / loc.segment).read_bytes(), loc.offset)
-        assert isinstance(header, GroupHeader)
-        headers[(loc.segment, loc.offset)] = header
-    return headers
-
-
 def test_an_archive_group_of_prose_is_bzip2_when_smaller_and_reads_like_any_other(tmp_path: Path) -> None:
     """ADR 026: bzip2's context sort beats an LZ window on text without repeated passages; only
     the archive tier tries it, and only keeps it when it is smaller."""
@@ -200,7 +191,7 @@ def test_an_archive_group_of_prose_is_bzip2_when_smaller_and_reads_like_any_othe
     for name, kind in (("bz", KIND_GROUP_BZIP2), ("zstd", KIND_GROUP)):
         root = tmp_path / name
         with ContentStore(root, **NO_DICTS) as store:  # type: ignore[arg-type]
-            headers = _group_kinds(root, store)
+            headers = group_headers(root, store)
             assert len(headers) == 2 and {(h.kind, h.dict_id) for h in headers.values()} == {(kind, 0)}
             assert all(store.get(url) == body for url, body in pages.items())
             assert store.verify().ok
