@@ -139,6 +139,7 @@ class CompressHandler(EventHandler):
             tags=tags,
             response_head=event.response_head,  # kept for WARC export (ADR 022); None from older fetchers
             ip_address=event.ip_address,
+            request_head=event.request_head,  # the WARC request record; None from older fetchers
             body_frame=event.body_zstd,  # decompressed to ``body`` above: stored as is (ADR 009)
         )
         entry = self._store.entry(event.url)

@@ -83,6 +83,7 @@ def to_result(request: FetchRequest, outcome: FetchOutcome, compressor: zstandar
         content_hash=outcome.content_hash or None,
         response_head=outcome.response_head or None,
         ip_address=outcome.ip_address or None,
+        request_head=outcome.request_head or None,
     )
 
 

@@ -40,7 +40,7 @@ def _evolved(file_name: str) -> Schema:
 def ids() -> LocalSchemaIds:
     """The bundled ids plus the evolved versions, as a registry holding both would."""
     bundled = LocalSchemaIds.bundled()
-    schemas = {schema_id: bundled.schema_for(schema_id) for schema_id in range(1, 12)}  # 1, 2, 3, 4, 6, 9: history/
+    schemas = {schema_id: bundled.schema_for(schema_id) for schema_id in range(1, 13)}  # 1, 2, 3, 4, 6, 9, 11: history/
     schemas[101] = _evolved("discovered_url.avsc")
     schemas[102] = _evolved("fetch_result.avsc")
     schemas[103] = _evolved("fetch_result_incompatible.avsc")

@@ -37,6 +37,24 @@ def test_the_peer_address_is_the_loopback_server(served: FetchOutcome) -> None:
     assert served.ip_address == "127.0.0.1"
 
 
+def test_the_request_head_is_the_request_line_and_headers_sent() -> None:
+    """What the server received is what the fetcher reports having sent (the WARC request record)."""
+    received: list[tuple[str, list[tuple[str, str]]]] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        received.append((f"{request.method} {request.raw_path} HTTP/1.1", list(request.headers.items())))
+        return web.Response(text="ok")
+
+    outcome = asyncio.run(fetch_from_server(echo, "/a/b?q=1&r=%20"))
+    lines = outcome.request_head.decode("latin-1").split("\r\n")
+    assert outcome.request_head.endswith(b"\r\n") and lines[-1] == ""
+    [(line, headers)] = received
+    assert lines[0] == line == "GET /a/b?q=1&r=%20 HTTP/1.1"
+    sent = [tuple(x.split(": ", 1)) for x in lines[1:-1]]
+    assert {n.lower() for n, _ in sent} >= {"host", "user-agent", "accept-encoding"}
+    assert set(sent) <= set(headers)  # every header reported was received as such
+
+
 def test_error_responses_keep_their_head_too() -> None:
     async def gone(request: web.Request) -> web.Response:
         return web.Response(status=410, reason="Gone Fishing", text="bye")
@@ -67,6 +85,7 @@ def test_a_connection_failure_has_no_head_or_address() -> None:
 
     outcome = asyncio.run(go())
     assert outcome.status == 0 and outcome.response_head == b"" and outcome.ip_address == ""
+    assert outcome.request_head == b""  # nothing was sent
 
 
 def test_the_head_is_bounded_by_whole_lines() -> None:

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from aiohttp.http import SERVER_SOFTWARE
@@ -91,7 +92,7 @@ def test_a_crawl_exports_the_heads_the_server_sent(crawled: Crawled, tmp_path: P
         stored = {e.url: store.get(e.url) for e in store.search()}
     assert len(stored) >= 20 and set(stored) <= set(crawled.heads)
 
-    responses = {}
+    responses, requests = {}, {}
     with open(out, "rb") as fh:
         for record in ArchiveIterator(fh):
             uri = record.rec_headers.get_header("WARC-Target-URI")
@@ -99,6 +100,15 @@ def test_a_crawl_exports_the_heads_the_server_sent(crawled: Crawled, tmp_path: P
                 assert record.rec_headers.get_header("WARC-IP-Address") == "127.0.0.1", uri
             if record.rec_type == "response":
                 responses[uri] = (record.http_headers, record.content_stream().read())
+            if record.rec_type == "request":
+                requests[uri] = record.http_headers
+    assert set(requests) == set(stored)
+    for url, http in requests.items():  # the request the fetcher sent, kept with the page
+        parts = urlsplit(url)
+        assert http.protocol == "GET" and http.statusline == f"{parts.path or '/'} HTTP/1.1", url
+        assert http.get_header("Host") == parts.netloc
+        assert http.get_header("User-Agent") == crawled.settings.fetch.user_agent
+        assert http.get_header("Accept-Encoding")
     assert set(responses) == set(stored)
     for url, (http, payload) in responses.items():
         assert payload == stored[url]

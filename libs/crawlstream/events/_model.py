@@ -96,6 +96,7 @@ class FetchResult:
     content_hash: str | None = None
     response_head: bytes | None = None  # status line + header lines as received (schema id 11)
     ip_address: str | None = None  # the response's peer address (WARC-IP-Address)
+    request_head: bytes | None = None  # request line + header lines as sent (schema id 12)
 
 
 @dataclass(frozen=True, slots=True)

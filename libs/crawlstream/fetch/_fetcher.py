@@ -39,6 +39,7 @@ from crawlstream.fetch._outcome import (
     kept_headers,
     media_type,
     parse_retry_after,
+    request_head,
     response_head,
 )
 from crawlstream.fetch._slots import KeyedSlots
@@ -88,6 +89,7 @@ class _Raw:
     location: str | None
     head: bytes = b""  # status line + header lines as received (FetchOutcome.response_head)
     peer: str = ""  # the address the response came from; "" through a proxy or unknown
+    request: bytes = b""  # request line + header lines sent (FetchOutcome.request_head)
 
 
 def redirect_hop_record(result: FetchResult) -> UrlRecord | None:
@@ -421,6 +423,7 @@ class Fetcher:
             robots_sitemaps=sitemaps,
             response_head=raw.head,
             ip_address=raw.peer,
+            request_head=raw.request,
         )
         if raw.status in (429, 503):
             common["retry_after_s"] = parse_retry_after(raw.headers.get("retry-after"), now_s=self._clock())
@@ -519,10 +522,14 @@ class Fetcher:
                     version = resp.version or aiohttp.HttpVersion11
                     head = response_head((version.major, version.minor), resp.status, resp.reason, resp.raw_headers)
                     peer = self._peer_of(resp)
+                    info = resp.request_info
+                    sent = request_head(info.method, info.url.raw_path_qs, info.headers.items())
                     body, truncated, too_large = await self._aread(resp, max_bytes)
                     if truncated:
                         resp.close()  # unread bytes left: never reuse this connection
-                    return _Raw(resp.status, str(resp.url), headers, body, truncated, too_large, absolute, head, peer)
+                    return _Raw(
+                        resp.status, str(resp.url), headers, body, truncated, too_large, absolute, head, peer, sent
+                    )
         except aiohttp.ClientConnectorDNSError as exc:
             if isinstance(exc.os_error, BlockedAddress):
                 raise _Failure("blocked_private", str(exc.os_error)) from exc

@@ -15,6 +15,7 @@ __all__ = [
     "Outcome",
     "kept_headers",
     "parse_retry_after",
+    "request_head",
     "response_head",
 ]
 
@@ -79,7 +80,8 @@ class FetchOutcome:
     one; an ``unchanged`` outcome keeps it but drops the body (the store has it already).
     ``response_head`` is the response's status line and header lines as received (order,
     case and repeats kept; ``response_head()``), b"" without a response; ``ip_address`` the
-    address the response came from (the connection's peer), "" when unknown or proxied.
+    address the response came from (the connection's peer), "" when unknown or proxied;
+    ``request_head`` the request line and header lines the fetcher sent for it (``request_head()``).
     """
 
     url: str
@@ -102,6 +104,7 @@ class FetchOutcome:
     content_hash: str = ""
     response_head: bytes = b""
     ip_address: str = ""
+    request_head: bytes = b""
 
     @property
     def is_html(self) -> bool:
@@ -158,6 +161,18 @@ def response_head(
     out = bytearray(b"HTTP/%d.%d %d %s\r\n" % (version[0], version[1], status, phrase))
     for name, value in raw_headers:
         line = name + b": " + value + b"\r\n"
+        if len(out) + len(line) > MAX_RESPONSE_HEAD_BYTES:
+            break
+        out += line
+    return bytes(out)
+
+
+def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """The request line (HTTP/1.1, aiohttp's) and header lines the fetcher sent, each ending in
+    CRLF (no blank line), bounded like ``response_head``; for the WARC request record."""
+    out = bytearray(f"{method} {target} HTTP/1.1\r\n".encode("latin-1", "replace"))
+    for name, value in headers:
+        line = f"{name}: {value}\r\n".encode("latin-1", "replace")
         if len(out) + len(line) > MAX_RESPONSE_HEAD_BYTES:
             break
         out += line

@@ -263,6 +263,7 @@ class ContentStore:
         tags: Iterable[str] = (),
         response_head: bytes | None = None,
         ip_address: str | None = None,
+        request_head: bytes | None = None,
         body_frame: bytes | None = None,
     ) -> Location:
         """Store ``body`` for ``url``; idempotent (same url + body is a no-op).
@@ -270,8 +271,9 @@ class ContentStore:
         A different body replaces the URL's older record (its tags carry over). Identical
         bodies under other URLs are stored once: the second URL gets a small reference
         record and the first body's location. ``response_head`` (status line + header lines,
-        CRLF-terminated) and ``ip_address`` go into the record's compressed metadata, not the
-        index: ``read_response`` returns them (WARC export). ``body_frame``: ``body`` already
+        CRLF-terminated), ``ip_address`` and ``request_head`` (the request line and header
+        lines sent) go into the record's compressed metadata, not the index: ``read_response``
+        returns them (WARC export). ``body_frame``: ``body`` already
         compressed as one zstd frame without a dictionary (the fetcher's transit frame, which
         the caller decompressed to ``body``); while the page's domain has no dictionary it is
         stored as it is instead of compressing the body again (issue 15: one compression per
@@ -287,6 +289,7 @@ class ContentStore:
             tags=tags,
             response_head=response_head,
             ip_address=ip_address,
+            request_head=request_head,
             body_frame=body_frame,
         )
 

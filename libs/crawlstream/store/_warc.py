@@ -15,8 +15,9 @@ decode twice nor misframe: ``Content-Encoding`` and ``Transfer-Encoding`` (unles
 followed by the real ``Content-Length`` (added at the end when the server sent none).
 ``WARC-IP-Address`` names the server's address on the response and request records when it
 is known. Pages stored without a head (older records, ``crawlstream migrate``) get a
-synthesized one (status, Content-Type, Content-Length). The request is the GET the fetcher
-sends (method, path, Host). ``export_warc_files`` starts a new file (with its own
+synthesized one (status, Content-Type, Content-Length). The request record holds the request
+line and headers the fetcher sent (kept since FetchResult schema id 12); for older pages, the
+GET as the fetcher sends it (method, path, Host). ``export_warc_files`` starts a new file (with its own
 ``warcinfo``) once one passes a size limit, as WARC writers conventionally do (1 GB by
 default in Heritrix).
 """
@@ -123,9 +124,13 @@ def _write_page(writer: WARCWriter, entry: Entry, body: bytes, response: StoredR
     response_id = record.rec_headers.get_header("WARC-Record-ID")
     writer.write_record(record)
 
-    parts = urlsplit(entry.url)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    request_headers = StatusAndHeaders(f"GET {target} HTTP/1.1", [("Host", parts.netloc)], is_http_request=True)
+    sent = response.request_lines() if response is not None else None
+    if sent is not None:
+        request_headers = StatusAndHeaders(sent[0], sent[1], is_http_request=True)
+    else:  # kept before FetchResult id 12, or imported: the GET as the fetcher sends it
+        parts = urlsplit(entry.url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        request_headers = StatusAndHeaders(f"GET {target} HTTP/1.1", [("Host", parts.netloc)], is_http_request=True)
     request = writer.create_warc_record(
         entry.url,
         "request",

@@ -61,6 +61,7 @@ class PageWriter:
         tags: Iterable[str],
         response_head: bytes | None = None,
         ip_address: str | None = None,
+        request_head: bytes | None = None,
         body_frame: bytes | None = None,
     ) -> Location:
         """See ``ContentStore.put``: a newer body replaces the URL's older record (same URL + body:
@@ -78,7 +79,7 @@ class PageWriter:
                 return existing.location
             seq = self._index.next_seq()
             meta: dict[str, Any] = {"u": parts.url, "t": content_type, "n": title, "s": status}
-            meta.update(response_meta(response_head, ip_address))  # in the frame only, never in the index
+            meta.update(response_meta(response_head, ip_address, request_head))  # in the frame only, never in the index
             writer = self._segments.active_writer()
             blob = self._index.blobs.get(chash)
             if blob is not None and self._quarantined(blob):
