@@ -158,24 +158,25 @@ def response_head(
     past ``MAX_RESPONSE_HEAD_BYTES`` are dropped whole.
     """
     phrase = (reason or "").encode("latin-1", "replace")
-    out = bytearray(b"HTTP/%d.%d %d %s\r\n" % (version[0], version[1], status, phrase))
-    for name, value in raw_headers:
-        line = name + b": " + value + b"\r\n"
-        if len(out) + len(line) > MAX_RESPONSE_HEAD_BYTES:
-            break
-        out += line
-    return bytes(out)
+    first = b"HTTP/%d.%d %d %s" % (version[0], version[1], status, phrase)
+    return _bounded_head(first, (name + b": " + value for name, value in raw_headers))
 
 
 def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -> bytes:
     """The request line (HTTP/1.1, aiohttp's) and header lines the fetcher sent, each ending in
     CRLF (no blank line), bounded like ``response_head``; for the WARC request record."""
-    out = bytearray(f"{method} {target} HTTP/1.1\r\n".encode("latin-1", "replace"))
-    for name, value in headers:
-        line = f"{name}: {value}\r\n".encode("latin-1", "replace")
-        if len(out) + len(line) > MAX_RESPONSE_HEAD_BYTES:
+    lines = (f"{name}: {value}".encode("latin-1", "replace") for name, value in headers)
+    return _bounded_head(f"{method} {target} HTTP/1.1".encode("latin-1", "replace"), lines)
+
+
+def _bounded_head(first: bytes, lines: Iterable[bytes]) -> bytes:
+    """``first`` and ``lines``, each followed by CRLF; lines past ``MAX_RESPONSE_HEAD_BYTES``
+    are dropped whole."""
+    out = bytearray(first + b"\r\n")
+    for line in lines:
+        if len(out) + len(line) + 2 > MAX_RESPONSE_HEAD_BYTES:
             break
-        out += line
+        out += line + b"\r\n"
     return bytes(out)
 
 
