@@ -381,21 +381,9 @@ class Bzip2Groups:
             return content
 
 
-def bzip2_prefix(frame: bytes | memoryview, upto: int) -> bytes:
-    """The first ``upto`` bytes of an intact bzip2 group frame (decoding stops there)."""
-    try:
-        content = bz2.BZ2Decompressor().decompress(frame, max_length=upto)
-    except (OSError, EOFError, ValueError) as exc:
-        raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
-    if len(content) < upto:
-        raise ChecksumMismatch(f"group frame holds {len(content)} bytes, its members need {upto}")
-    return content
-
-
 def _bzip2_group_content(frame: bytes | memoryview, upto: int, frame_ok: bool) -> memoryview:
-    """``RecordReader.group_content`` of a bzip2 frame: whole when intact, else as far as it decodes."""
-    if frame_ok:
-        return memoryview(bzip2_prefix(frame, upto))
+    """``RecordReader.group_content`` of a bzip2 frame, decoding stopped at ``upto``: an intact
+    frame must yield all of it (ChecksumMismatch otherwise), a damaged one yields what decodes."""
     dobj = bz2.BZ2Decompressor()
     pieces: list[bytes] = []
     have = pos = 0
@@ -405,8 +393,11 @@ def _bzip2_group_content(frame: bytes | memoryview, upto: int, frame_ok: bool) -
             pos += _GROUP_READ_SLICE
             pieces.append(piece)
             have += len(piece)
-    except (OSError, EOFError, ValueError):
-        pass  # keep what decoded before the damage
+    except (OSError, EOFError, ValueError) as exc:
+        if frame_ok:
+            raise ChecksumMismatch(f"group frame does not decompress: {exc}") from exc
+    if frame_ok and have < upto:
+        raise ChecksumMismatch(f"group frame holds {have} bytes, its members need {upto}")
     return memoryview(b"".join(pieces))
 
 
