@@ -15,17 +15,15 @@ import random
 import sys
 from pathlib import Path
 
+from crawlstream.demoweb._render import _padding
 from crawlstream.store import ContentStore
-
-_WORDS = [bytes(random.Random(i).choice(b"bcdfgklmnprstvz") for _ in range(2 + i % 7)) for i in range(256)]
 
 
 def body_for(url: str) -> bytes:
     """A page's body, the same in the child and the test. site3's pages are random words, whose
     archive groups are written in bzip2 (ADR 026): kills land in both kinds of group."""
     if "//site3." in url:
-        rng = random.Random(url)
-        return b"<html><p>" + b" ".join(rng.choice(_WORDS) for _ in range(1500)) + b"</p></html>"
+        return f"<html>{_padding(random.Random(url), (9_000, 9_000), 0)}</html>".encode()
     seed = sum(url.encode()) % 97
     return (
         f"<html><title>{url}</title><body>".encode()

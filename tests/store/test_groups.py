@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from store_support import group_headers
 
+from crawlstream.demoweb._render import _padding
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, decode_record_header
 
@@ -164,12 +165,8 @@ def test_torn_group_at_a_segment_tail_is_truncated_and_a_complete_unindexed_one_
 
 
 def _prose(seed: int, size: int = 30_000) -> bytes:
-    """Random words of a small vocabulary, like the synthetic web's padded pages: no passage repeats."""
-    rng = random.Random(seed)
-    vocabulary = [bytes(rng.choice(b"bcdfgklmnprstvz") for _ in range(rng.randint(2, 9))) for _ in range(256)]
-    rng = random.Random(f"page {seed}")
-    words = b" ".join(rng.choice(vocabulary) for _ in range(size // 6))
-    return b"<html><body><p>" + words[:size] + b"</p></body></html>"
+    """The synthetic web's padding (random words of its vocabulary): no passage repeats."""
+    return f"<html><body>{_padding(random.Random(seed), (size, size), 0)}</body></html>".encode()
 
 
 def _prose_store(root: Path, **opts: object) -> dict[str, bytes]:
