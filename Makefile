@@ -90,7 +90,7 @@ run: $(STAMP)
 	$(BIN)/crawlstream demo --data-dir $(DATA_DIR)
 
 # A real PostgreSQL server for the `crawlstream migrate postgres` tests and benchmark: the test
-# fixture (crawlstream.localpg) runs Debian's initdb/pg_ctl in a temp dir on a free loopback
+# fixture (crawlstream.devtools.localpg) runs Debian's initdb/pg_ctl in a temp dir on a free loopback
 # port. Installed with apt-get (as root) only when no initdb is found.
 postgres:
 	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then \

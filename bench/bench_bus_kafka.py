@@ -32,7 +32,7 @@ from bench._harness import main
 from bench.bench_bus import PARTITIONS, SIZES, _embedded, bench_backend
 from crawlstream.bus import Bus, KafkaBus
 from crawlstream.bus._topic_policy import TopicPolicy
-from crawlstream.localkafka import LocalKafka
+from crawlstream.devtools.localkafka import LocalKafka
 
 _RATES = (
     "produce_events_per_s",

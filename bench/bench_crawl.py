@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 
 from bench._harness import REPO, main
-from crawlstream.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
 
 SLOW_S = 0.5
 CRAWL_DELAY_S = 0.05

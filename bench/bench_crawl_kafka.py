@@ -30,7 +30,6 @@ included, the scope of the embedded run's figure (whose Redis is a daemon, outsi
 
 from __future__ import annotations
 
-import importlib
 import os
 import resource
 import signal
@@ -60,12 +59,12 @@ from bench.bench_crawl import (
 )
 from crawlstream.bus import KafkaBus
 from crawlstream.crawl import DrainDetector, LagProbe, is_idle
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import TransientError
-from crawlstream.localkafka import LocalKafka
 from crawlstream.politeness import Scheduler
 from crawlstream.redisconn import open_redis
-from crawlstream.services import package_for
+from crawlstream.roles import role
 from crawlstream.settings import load
 
 PARTITIONS = 16
@@ -95,8 +94,8 @@ def service_groups(names: Sequence[str]) -> dict[str, tuple[str, tuple[str, ...]
     """service name -> (its consumer group, the topics it consumes), from the services' wiring."""
     out = {}
     for name in names:
-        module = importlib.import_module(package_for(name) + ".main")
-        out[name] = (module.GROUP, tuple(module.TOPICS))
+        service = role(name)
+        out[name] = (service.group, service.topics)
     return out
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._harness import REPO, shared_data
-from crawlstream.localpg import LocalPostgres
+from crawlstream.devtools.localpg import LocalPostgres
 from crawlstream.migrate import SEED_SCHEMA_SQL
 
 

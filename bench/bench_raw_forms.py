@@ -34,12 +34,12 @@ from bench.bench_seed import real_urls
 from crawlstream.bus import Message
 from crawlstream.cli._run import DEFAULT_SERVICES, run_crawl
 from crawlstream.dedupe import Deduper
-from crawlstream.demoweb import DemoWeb
+from crawlstream.dedupe.service import DedupeHandler
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.errors import InvalidUrl
 from crawlstream.events import DiscoveredUrl
 from crawlstream.lake import LAKE_SCHEMA, RAW_FORMS_DATASET, lake_urls
-from crawlstream.services._host import Host, open_host
-from crawlstream.services.deduper.main import DedupeHandler
+from crawlstream.runtime import Host, open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER
 from crawlstream.urls import canonicalize, partition_for, url_key

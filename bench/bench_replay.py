@@ -53,7 +53,7 @@ def _jvm_cpu_s(pid: int | None) -> float:
 def _replay_once(settings: Settings, count: int, urls: list[str], broker_pid: Any = None) -> dict[str, Any]:
     from crawlstream.cli._replay import replay_into
     from crawlstream.replay import prepare_target
-    from crawlstream.services._host import open_host
+    from crawlstream.runtime import open_host
 
     with open_host(settings) as host:
         events = host.event_producer()
@@ -86,7 +86,7 @@ def _replay_once(settings: Settings, count: int, urls: list[str], broker_pid: An
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from crawlstream.localkafka import LocalKafka
+    from crawlstream.devtools.localkafka import LocalKafka
 
     count = 20_000 if quick else 300_000
     urls = _urls()

@@ -21,7 +21,7 @@ from pathlib import Path
 from warcio.archiveiterator import ArchiveIterator
 
 from bench._harness import main, shared_data
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher
 from crawlstream.store import ContentStore
 

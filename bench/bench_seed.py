@@ -35,7 +35,7 @@ TARGET_URLS_PER_S = 100_000
 _BASELINE = """
 import os, sys
 from crawlstream.crawl import read_seeds, send_seeds
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import load
 settings = load(os.environ)
 urls = read_seeds([sys.argv[1]], raw=True)  # as crawlstream run does: raw forms recorded too
@@ -159,7 +159,7 @@ def run(quick: bool) -> dict[str, Any]:
             "meets_target_embedded": embedded["urls_per_s_after_startup"] >= TARGET_URLS_PER_S,
         }
         if _kafka_available():
-            from crawlstream.localkafka import LocalKafka
+            from crawlstream.devtools.localkafka import LocalKafka
 
             with LocalKafka(brokers=1, partitions=16) as cluster:
                 result["kafka"] = _seed(seeds, _env(root / "kafka", cluster.bootstrap_servers))

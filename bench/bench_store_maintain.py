@@ -303,7 +303,7 @@ def _synthetic_pages() -> list[tuple[str, bytes]]:
     """Every reachable page of tests/e2e/test_crawl_then_maintain.py's web, as served."""
     import urllib.request
 
-    from crawlstream.demoweb import DemoWeb
+    from crawlstream.devtools.demoweb import DemoWeb
 
     web = DemoWeb(8, pages_per_domain=12, seed=9, special_every=0, crawl_delay_s=0.05, page_bytes=(15_000, 60_000))
     pages = []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawlstream.localkafka import LocalKafka
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.redisconn import open_redis
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,126 +1,16 @@
-"""Deduper wiring: consume ``urls.discovered``, forward never-seen URLs to ``urls.frontier``
-(and the raw form of each one first seen non-canonical to ``urls.records``, ADR 024).
+"""``crawlstream service deduper``: one deduper in this process (README.md beside this file says
+what it consumes and produces, its state and how it scales).
 
-State: one Bloom filter per owned partition (``crawlstream.dedupe``), snapshotted with the
-bus offset it covers. On assignment the partition is replayed from its snapshot's offset:
-messages before the group's committed offset were forwarded already, so during the replay
-they only re-enter the filter; after it, new URLs are forwarded again as usual. A raw-forms
-row goes through the same producer as its forward, so both are flushed before the snapshot
-and the commit that cover them.
+The wiring (``build(host)``, ``run(settings)``) is ``crawlstream.dedupe.service`` in the library, so
+that ``crawlstream run`` builds the same service beside the others in one process.
+``python -m crawlstream.services.deduper.main [flags]`` is ``crawlstream service deduper [flags]``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from collections.abc import Callable
+import sys
 
-from crawlstream.bus import Consumer, Message, TopicPartition
-from crawlstream.dedupe import Deduper, raw_form_record
-from crawlstream.events import DiscoveredUrl, EventProducer
-from crawlstream.runtime import EventHandler, LoopService
-from crawlstream.services._host import Host, run_standalone
-from crawlstream.settings import Settings
-from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER, URLS_RECORDS
-from crawlstream.urls import canonicalize, url_key
+from crawlstream.cli import main
 
-GROUP = "crawlstream.deduper"
-TOPICS = (URLS_DISCOVERED,)
-
-
-class DedupeHandler(EventHandler):
-    def __init__(
-        self,
-        deduper: Deduper,
-        consumer: Consumer,
-        out: EventProducer,
-        snapshot_interval_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._deduper = deduper
-        self._consumer = consumer
-        self._out = out
-        self._snapshot_interval_s = snapshot_interval_s
-        self._clock = clock
-        self._replay_until: dict[int, int] = {}
-        self._next_offset: dict[int, int] = {}
-        self._pending: list[tuple[DiscoveredUrl, Message]] = []
-        self._last_snapshot = clock()
-        self.forwarded = 0
-        self.raw_forms = 0  # raw-forms rows published (URLs first seen non-canonical)
-
-    def on_assign(self, partitions: list[TopicPartition]) -> None:
-        committed = self._consumer.committed(partitions)
-        for tp in partitions:
-            snapshot_offset = self._deduper.load_partition(tp.partition)
-            done = committed.get(tp)
-            start = snapshot_offset if snapshot_offset is not None else 0
-            if done is not None and start < done:
-                self._consumer.seek(tp, start)
-                self._replay_until[tp.partition] = done
-
-    def on_revoke(self, partitions: list[TopicPartition]) -> None:
-        self._out.flush()  # a snapshot may only cover URLs whose forwards are durable
-        for tp in partitions:
-            if tp.partition in self._deduper.owned_partitions:
-                self._deduper.flush_partition(tp.partition, self._next_offset.get(tp.partition))
-                self._deduper.drop_partition(tp.partition)
-
-    def on_lost(self, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._deduper.drop_partition(tp.partition)
-
-    def handle(self, event: DiscoveredUrl, message: Message) -> None:
-        # Producers outside this system may send any string: re-derive the identity.
-        canonical = canonicalize(event.url)
-        key = url_key(canonical)
-        if (canonical.url, canonical.domain, key) != (event.url, event.domain, event.url_key):
-            # A non-canonical URL is its own raw form unless the producer said how it was written.
-            raw = event.raw_url if event.raw_url is not None or event.url == canonical.url else event.url
-            event = dataclasses.replace(event, url=canonical.url, domain=canonical.domain, url_key=key, raw_url=raw)
-        self._pending.append((event, message))
-
-    def end_batch(self) -> None:
-        by_partition: dict[int, list[tuple[DiscoveredUrl, Message]]] = {}
-        for event, message in self._pending:
-            by_partition.setdefault(message.partition, []).append((event, message))
-        self._pending.clear()
-        for partition, items in by_partition.items():
-            fresh = self._deduper.check_and_add(partition, [(e.url_key, e.url) for e, _ in items])
-            replay_until = self._replay_until.get(partition, -1)
-            for (event, message), is_new in zip(items, fresh, strict=True):
-                if is_new and message.offset >= replay_until:
-                    self._out.send(URLS_FRONTIER, event)
-                    self.forwarded += 1
-                    if event.raw_url is not None:
-                        record = raw_form_record(event)
-                        if record is not None:
-                            self._out.send(URLS_RECORDS, record)
-                            self.raw_forms += 1
-            self._next_offset[partition] = items[-1][1].offset + 1
-        if self._clock() - self._last_snapshot >= self._snapshot_interval_s:
-            self.snapshot()
-
-    def snapshot(self) -> None:
-        """Write each owned partition's filter with the offset it covers. The forwards of those
-        URLs are flushed first: a snapshot ahead of them would, after a kill -9, mark URLs seen
-        whose frontier events never reached the bus (the restart replays from the committed
-        offset and finds them in the filter), and they would never be crawled."""
-        self._out.flush()
-        for partition in self._deduper.owned_partitions:
-            if partition in self._next_offset:
-                self._deduper.flush_partition(partition, self._next_offset[partition])
-        self._last_snapshot = self._clock()
-
-
-def build(host: Host) -> LoopService:
-    settings = host.settings
-    consumer = host.bus.consumer(GROUP)
-    out = host.event_producer()
-    handler = DedupeHandler(Deduper.from_settings(settings), consumer, out, settings.dedupe.snapshot_interval_s)
-    loop = host.service_loop("deduper", GROUP, TOPICS, handler, producers=[out], consumer=consumer)
-    return LoopService(loop, handler, on_close=handler.snapshot)
-
-
-def run(settings: Settings) -> int:
-    return run_standalone(settings, build)
+if __name__ == "__main__":
+    sys.exit(main(["service", "deduper", *sys.argv[1:]]))

@@ -1,15 +1,16 @@
-"""query-api wiring: serve ``crawlstream.api`` from the index under the data dir.
+"""``crawlstream service query-api``: one query-api in this process (README.md beside this file says
+what it consumes and produces, its state and how it scales).
 
-Stateless: no bus, no Redis. Each replica pins the current index version per request and
-follows ``manifest.json`` flips on its own; aiohttp's ``run_app`` owns SIGINT/SIGTERM
-(graceful: in-flight requests finish, pins are released).
+The wiring (``build(host)``, ``run(settings)``) is ``crawlstream.api.service`` in the library, so
+that ``crawlstream run`` builds the same service beside the others in one process.
+``python -m crawlstream.services.query_api.main [flags]`` is ``crawlstream service query-api [flags]``.
 """
 
 from __future__ import annotations
 
-from crawlstream.api import serve
-from crawlstream.settings import Settings
+import sys
 
+from crawlstream.cli import main
 
-def run(settings: Settings) -> int:
-    return serve(settings)
+if __name__ == "__main__":
+    sys.exit(main(["service", "query-api", *sys.argv[1:]]))

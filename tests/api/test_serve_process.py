@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from crawlstream.localproc import free_port
+from crawlstream.devtools.localproc import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from crawlstream.demoweb import DemoWeb
-from crawlstream.localproc import free_port
+from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.devtools.localproc import free_port
 from tests.e2e.e2e_support import crawl_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ import pytest
 
 from crawlstream.bus import EmbeddedBus, KafkaBus, TopicPartition
 from crawlstream.crawl import ERROR_OUTCOMES, CrawlStats, save_stats
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import FetchResult
-from crawlstream.localkafka import LocalKafka
 from crawlstream.settings import load
 from crawlstream.status import EmbeddedOffsets, StatusCollector, TopCounts
 from crawlstream.status._kafka_offsets import KafkaOffsets

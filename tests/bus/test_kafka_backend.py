@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from crawlstream.bus import KafkaBus, Message, TopicPartition, open_bus
 from crawlstream.bus._kafka import KafkaConsumer
 from crawlstream.bus._topic_policy import TopicPolicy
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import BusUnavailable, ConfigError
-from crawlstream.localkafka import LocalKafka
 from crawlstream.settings import Settings
 from crawlstream.settings._settings import BusSettings
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, URLS_RECORDS, dlq_topic

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from crawlstream.bus import KafkaBus
-from crawlstream.localkafka import LocalKafka
+from crawlstream.devtools.localkafka import LocalKafka
 
 pytestmark = pytest.mark.kafka
 

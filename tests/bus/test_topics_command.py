@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from crawlstream.bus._topic_policy import TopicPolicy
-from crawlstream.localkafka import LocalKafka
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.topics import ALL_TOPICS, dlq_topic
 
 TOPICS = [*ALL_TOPICS, *map(dlq_topic, ALL_TOPICS)]

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from crawlstream.localproc import free_port
+from crawlstream.devtools.localproc import free_port
 
 MAX_LINES_BEFORE_API = 25
 

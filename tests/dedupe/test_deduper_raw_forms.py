@@ -15,10 +15,10 @@ import pytest
 
 from crawlstream.bus import Message
 from crawlstream.dedupe import Deduper, raw_form_record
+from crawlstream.dedupe.service import DedupeHandler, build
 from crawlstream.events import DiscoveredUrl, UrlRecord
 from crawlstream.lake import RAW_FORMS_DATASET, extras_json, parse_raw_form
-from crawlstream.services._host import Host, open_host
-from crawlstream.services.deduper.main import DedupeHandler, build
+from crawlstream.runtime import Host, open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER, URLS_RECORDS
 from crawlstream.urls import MAX_URL_LENGTH, canonicalize, partition_for, url_key

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from crawlstream.demoweb import SPECIAL_PATHS, DemoWeb, WebModel
-from crawlstream.demoweb._render import render_html
+from crawlstream.devtools.demoweb import SPECIAL_PATHS, DemoWeb, WebModel
+from crawlstream.devtools.demoweb._render import render_html
 from crawlstream.links import Scope, extract_links
 from crawlstream.urls import canonicalize, registered_domain
 

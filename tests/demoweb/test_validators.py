@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from crawlstream.demoweb import WebModel
-from crawlstream.demoweb._model import not_modified
+from crawlstream.devtools.demoweb import WebModel
+from crawlstream.devtools.demoweb._model import not_modified
 
 LM = WebModel.last_modified(0)
 

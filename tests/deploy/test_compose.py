@@ -15,7 +15,7 @@ from deploy_support import REPO, compose_schema_path, load_json, render
 
 from crawlstream.cli import _parser
 from crawlstream.metrics import metrics_port
-from crawlstream.services import SERVICE_NAMES
+from crawlstream.roles import SERVICE_NAMES
 from crawlstream.settings import Settings, iter_specs
 
 COMPOSE_FILE = REPO / "docker-compose.yml"

@@ -4,7 +4,6 @@ groups, topics, TopicPolicy, settings)."""
 
 from __future__ import annotations
 
-import importlib
 import re
 import shlex
 from pathlib import Path, PurePosixPath
@@ -25,7 +24,7 @@ from deploy_support import (
 
 from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.metrics import metrics_port
-from crawlstream.services import SERVICE_NAMES, package_for
+from crawlstream.roles import SERVICE_NAMES, role
 from crawlstream.settings import Settings, iter_specs, load
 from crawlstream.topics import ALL_TOPICS, dlq_topic
 
@@ -77,11 +76,11 @@ def _container(deployment: dict[str, Any]) -> dict[str, Any]:
 
 
 def _service_module(name: str) -> Any:
-    return importlib.import_module(package_for(name) + ".main")
+    return role(name).module()
 
 
 def _consumers() -> dict[str, Any]:
-    """Service name -> its main module, for every service with a consumer group."""
+    """Service name -> its wiring module, for every service with a consumer group."""
     return {n: m for n in SERVICE_NAMES if hasattr(m := _service_module(n), "GROUP")}
 
 
@@ -175,7 +174,7 @@ def _writable_dirs(deployment: dict[str, Any]) -> list[PurePosixPath]:
 
 def test_every_service_is_probed_and_has_time_to_drain_on_sigterm(overlay: tuple[str, Docs]) -> None:
     """SIGTERM: each service finishes its batch, flushes, commits and leaves its group
-    (services/_host.py); the grace period covers it. Non-HTTP services are probed on the
+    (crawlstream.runtime._host); the grace period covers it. Non-HTTP services are probed on the
     age of the heartbeat file their loop touches, which must be on a writable volume."""
     docs = overlay[1]
     heartbeat = PurePosixPath(_config(docs)["CRAWLSTREAM_HEARTBEAT_FILE"])

@@ -26,10 +26,10 @@ import pytest
 
 from crawlstream.api._acl import fingerprint
 from crawlstream.cli import main
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.devtools.localkafka import LocalKafka
+from crawlstream.devtools.localproc import free_port
 from crawlstream.index import IndexReader
-from crawlstream.localkafka import LocalKafka
-from crawlstream.localproc import free_port
 from crawlstream.store import ContentStore, Entry
 from crawlstream.topics import ALL_TOPICS, dlq_topic
 from tests.e2e.e2e_support import crawl_env

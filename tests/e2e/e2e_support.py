@@ -15,14 +15,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawlstream.demoweb import DemoWeb, RequestRecord
-from crawlstream.services.bucket_compressor import main as bucket_compressor
-from crawlstream.services.deduper import main as deduper
-from crawlstream.services.fetcher import main as fetcher
-from crawlstream.services.link_extractor import main as link_extractor
-from crawlstream.services.parquet_sink import main as parquet_sink
-from crawlstream.services.scheduler import main as scheduler
+from crawlstream.dedupe import service as deduper
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.fetch import service as fetcher
+from crawlstream.lake import service as parquet_sink
+from crawlstream.links import service as link_extractor
+from crawlstream.politeness import service as scheduler
 from crawlstream.settings import Settings, load
+from crawlstream.store import service as bucket_compressor
 
 MIN_DELAY_S = 0.05
 CRAWL_DELAY_S = 0.3

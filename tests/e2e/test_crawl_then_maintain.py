@@ -26,8 +26,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawlstream.cli import main
 from crawlstream.cli._run import run_crawl
-from crawlstream.demoweb import DemoWeb
-from crawlstream.services._host import open_host
+from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.runtime import open_host
 from crawlstream.store import ContentStore
 
 SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor", "bucket-compressor")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from crawlstream.demoweb import WebModel
+from crawlstream.devtools.demoweb import WebModel
 from crawlstream.lake._aliases import REDIRECTS_DATASET
 
 

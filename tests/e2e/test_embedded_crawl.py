@@ -32,10 +32,10 @@ from prometheus_client import CollectorRegistry
 from crawlstream.bus import EmbeddedBus
 from crawlstream.cli._run import DEFAULT_SERVICES, run_crawl
 from crawlstream.crawl import CrawlSummary
-from crawlstream.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
 from crawlstream.events import ContentStored, EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS

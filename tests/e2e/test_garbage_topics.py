@@ -19,8 +19,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from e2e_support import GROUPS, crawl_env
 
 from crawlstream.bus import KafkaBus
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import DiscoveredUrl, EventCodec, LocalSchemaIds
-from crawlstream.localkafka import LocalKafka
 from crawlstream.settings import load
 from crawlstream.topics import ALL_TOPICS, CONTENT_STORED, URLS_DISCOVERED, URLS_FRONTIER, dlq_topic
 from crawlstream.urls import canonicalize, url_key

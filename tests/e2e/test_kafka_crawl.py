@@ -57,11 +57,11 @@ from redis import Redis
 from crawlstream.bus import KafkaBus, Message, TopicPartition
 from crawlstream.cli._run import CRAWL_SERVICES
 from crawlstream.crawl import DrainDetector, LagProbe, is_idle
-from crawlstream.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
-from crawlstream.localkafka import LocalKafka
 from crawlstream.politeness import Scheduler
 from crawlstream.redisconn import open_redis
 from crawlstream.settings import Settings, load

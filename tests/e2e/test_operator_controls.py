@@ -28,9 +28,9 @@ from test_embedded_crawl import read_results
 
 from crawlstream.cli._run import CRAWL_SERVICES, run_crawl
 from crawlstream.crawl import CrawlSummary
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.politeness import Controls, DomainOverride
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 
 
 def _cli(data_dir: Path, *args: str) -> tuple[dict[str, object], float]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from e2e_support import crawl_settings, demo_web, page_requests
 
 from crawlstream.cli._run import CRAWL_SERVICES, run_crawl
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 
 PER_IP_DELAY_S = 0.12
 # Arrival times are read by the server after the request crossed loopback and an event loop;

@@ -24,9 +24,9 @@ from pathlib import Path
 from e2e_support import CRAWL_DELAY_S, MIN_DELAY_S, SLACK_S, crawl_env, crawl_settings, demo_web
 
 from crawlstream.cli._run import CRAWL_SERVICES, run_crawl
-from crawlstream.demoweb import RequestRecord
+from crawlstream.devtools.demoweb import RequestRecord
 from crawlstream.politeness import Scheduler
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.topics import URLS_FRONTIER
 from crawlstream.urls import partition_for
 

@@ -20,9 +20,9 @@ from e2e_support import crawl_env, crawl_settings, page_requests
 from test_embedded_crawl import read_results
 
 from crawlstream.cli._run import run_crawl
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.events import ContentStored, FetchResult
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore
 from crawlstream.topics import CONTENT_STORED

@@ -24,12 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 from e2e_support import api_answers, crawl_env, demo_web, indexed_urls, url_answers, web_inputs
 
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import ConfigError
 from crawlstream.events import UrlRecord
 from crawlstream.lake import LAKE_SCHEMA, REDIRECTS_DATASET, lake_urls
-from crawlstream.localkafka import LocalKafka
 from crawlstream.replay import STATE_FILE, check_retained, prepare_target
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import CONTENT_STORED, REPLAY_SOURCES, URLS_RECORDS, dlq_topic
 from crawlstream.urls import registered_domain_or_host

@@ -14,7 +14,7 @@ from pathlib import Path
 from e2e_support import MAX_RETRIES, crawl_env, crawl_settings, demo_web
 
 from crawlstream.cli._run import CRAWL_SERVICES, run_crawl
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 
 _RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")
 

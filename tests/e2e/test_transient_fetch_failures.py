@@ -23,7 +23,7 @@ import pytest
 from e2e_support import FETCH_TIMEOUT_S, crawl_settings
 
 from crawlstream.cli._run import run_crawl
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.store import ContentStore
 
 HOST = "flaky-robots.example"

@@ -32,13 +32,13 @@ import pytest
 from e2e_support import ROBOTS_PATHS, crawl_settings, demo_web, url_answers
 
 from crawlstream.cli._run import DEFAULT_SERVICES, run_crawl
-from crawlstream.demoweb import DemoWeb, RequestRecord
-from crawlstream.demoweb._render import render_html
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb._render import render_html
 from crawlstream.events import DiscoveredUrl
 from crawlstream.index import IndexBuilder
 from crawlstream.lake import RAW_FORMS_DATASET
 from crawlstream.replay import prepare_target
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 from crawlstream.topics import REPLAY_SOURCES, URLS_FRONTIER
 from crawlstream.urls import canonicalize

@@ -24,19 +24,18 @@ from event_samples import sample_events
 from crawlstream import topics
 from crawlstream.bus import Message
 from crawlstream.bus._embedded import EmbeddedBus
+from crawlstream.devtools.localregistry import LocalSchemaRegistry, find_registry_java, find_schema_registry
 from crawlstream.errors import ConfigError, EventDecodeError
 from crawlstream.events import (
     DiscoveredUrl,
     EventCodec,
     EventProducer,
     FetchResult,
-    LocalSchemaRegistry,
     RegistrySchemaIds,
     Schema,
     bundled_schemas,
     schema_id_of,
 )
-from crawlstream.events._local_registry import find_registry_java, find_schema_registry
 from crawlstream.settings import load
 
 EVOLVED = Path(__file__).parent / "evolved"

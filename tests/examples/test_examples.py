@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from crawlstream.devtools.localkafka import LocalKafka
+from crawlstream.devtools.localproc import free_port
 from crawlstream.events import TOPIC_EVENTS, EventCodec, LocalSchemaIds
 from crawlstream.lake import ALIAS_DATASETS
-from crawlstream.localkafka import LocalKafka
-from crawlstream.localproc import free_port
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.store import ContentStore
 from crawlstream.topics import URLS_DISCOVERED, URLS_RECORDS

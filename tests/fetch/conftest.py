@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher
 
 UA = "crawlstream-test/1.0"

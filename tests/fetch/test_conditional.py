@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import xxhash
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.events import EventCodec, FetchRequest, FetchResult
+from crawlstream.fetch.service import FetchHandler, build
 from crawlstream.frontier import FrontierEntry
 from crawlstream.politeness import Controls, Scheduler
-from crawlstream.services._host import open_host
-from crawlstream.services.fetcher.main import FetchHandler, build
-from crawlstream.services.scheduler.main import to_outcome
+from crawlstream.politeness.service import to_outcome
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
 from crawlstream.urls import canonicalize, partition_for, url_key

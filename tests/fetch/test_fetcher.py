@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from aiohttp import ClientSession, web
 
-from crawlstream.demoweb import DemoWeb
-from crawlstream.demoweb._render import PNG_BYTES
+from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.devtools.demoweb._render import PNG_BYTES
 from crawlstream.fetch import Fetcher, FetchOutcome
 from tests.fetch.fetch_support import UA, demo_fetcher
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch._slots import KeyedSlots
 from tests.fetch.fetch_support import demo_fetcher
 

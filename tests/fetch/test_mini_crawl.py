@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.links import Scope, extract_links
 from crawlstream.settings import FetchSettings, Settings

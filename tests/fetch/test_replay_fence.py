@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.events import FetchRequest
+from crawlstream.fetch.service import FetchHandler, build
 from crawlstream.frontier import FrontierEntry
 from crawlstream.politeness import FetchOutcome, ReplayFence, Scheduler
-from crawlstream.services._host import open_host
-from crawlstream.services.fetcher.main import FetchHandler, build
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
 from crawlstream.urls import canonicalize, partition_for, url_key

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.fetch._outcome import MAX_RESPONSE_HEAD_BYTES, response_head
 from tests.fetch.archive_server import ARCHIVE_BODY, archive_page, fetch_from_server

@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from crawlstream.bus import KafkaBus
+from crawlstream.devtools.localkafka import LocalKafka, find_kafka_libs
 from crawlstream.errors import ConfigError
-from crawlstream.localkafka import LocalKafka, find_kafka_libs
 from crawlstream.topics import ALL_TOPICS, dlq_topic
 
 pytestmark = pytest.mark.kafka

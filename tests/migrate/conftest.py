@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pg_support import create_database
 
-from crawlstream.localpg import LocalPostgres
+from crawlstream.devtools.localpg import LocalPostgres
 
 _names = itertools.count()
 

@@ -23,14 +23,14 @@ from migrate_support import (
 from pg_support import HOSTILE_URLS, SeedCrawl, create_database, load_seed_crawl
 
 from crawlstream.dedupe import Deduper
+from crawlstream.devtools.localpg import LocalPostgres
 from crawlstream.errors import ConfigError, InvalidUrl
 from crawlstream.events import EventCodec, UrlRecord
-from crawlstream.localpg import LocalPostgres
 from crawlstream.migrate import MigrationReport
 from crawlstream.politeness import Controls, Scheduler
 from crawlstream.redisconn import open_redis
 from crawlstream.robots import MAX_ROBOTS_BYTES, ImportedRobots
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS

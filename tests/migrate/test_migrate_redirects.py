@@ -18,7 +18,7 @@ from crawlstream.api import RUNNER_OPTIONS, from_settings
 from crawlstream.events import EventCodec, UrlRecord
 from crawlstream.index import IndexBuilder
 from crawlstream.lake import REDIRECTS_DATASET
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.topics import URLS_RECORDS
 
 DATASET = 5

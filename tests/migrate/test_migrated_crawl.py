@@ -18,12 +18,12 @@ from migrate_support import run_migration
 from pg_support import DOMAIN_COLUMNS, FRONTIER_COLUMNS, VISITED_COLUMNS, copy_rows, create_database, create_schema
 
 from crawlstream.cli._run import CRAWL_SERVICES, run_crawl
-from crawlstream.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.localpg import LocalPostgres
 from crawlstream.fetch import Fetcher
-from crawlstream.localpg import LocalPostgres
 from crawlstream.migrate import MigrationReport
 from crawlstream.robots import ImportedRobotsTxt
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))

@@ -40,11 +40,11 @@ from metrics_support import (
 
 from crawlstream.bus import open_bus
 from crawlstream.cli._run import DEFAULT_SERVICES, run_crawl
-from crawlstream.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import EventCodec
-from crawlstream.localkafka import LocalKafka
-from crawlstream.services import package_for
-from crawlstream.services._host import open_host
+from crawlstream.roles import role
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 from crawlstream.urls import registered_domain_or_host
@@ -55,7 +55,7 @@ _FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
 # Outcomes that sent no request to the web: decided before (robots, the guard, the operator).
 NOT_REQUESTED = ("robots_disallowed", "blocked_private", "excluded", "dns_error")
 CRAWL_TIMEOUT_S = 150.0
-GROUPS = {name: __import__(package_for(name) + ".main", fromlist=["GROUP"]).GROUP for name in DEFAULT_SERVICES}
+GROUPS = {name: role(name).group for name in DEFAULT_SERVICES}
 
 
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:

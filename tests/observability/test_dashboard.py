@@ -4,7 +4,6 @@ wiring: no panel over a metric nobody emits)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from pathlib import Path
@@ -15,8 +14,8 @@ from metrics_support import SUFFIXES, Scrape, dashboard_path, parse
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
 from crawlstream.api import from_settings as api_from_settings
-from crawlstream.services import SERVICE_NAMES, package_for
-from crawlstream.services._host import open_host
+from crawlstream.roles import SERVICE_NAMES, role
+from crawlstream.runtime import open_host
 from crawlstream.settings import load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +72,7 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
         built = []
         try:
             for name in SERVICE_NAMES:
-                module = importlib.import_module(package_for(name) + ".main")
+                module = role(name).module()
                 if hasattr(module, "build"):
                     built.append(module.build(host))
         finally:

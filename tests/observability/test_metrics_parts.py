@@ -31,8 +31,8 @@ from crawlstream.metrics import (
     version_number,
 )
 from crawlstream.politeness import Controls, DomainOverride, FetchOutcome, Scheduler
-from crawlstream.services import SERVICE_NAMES
-from crawlstream.services._host import open_host
+from crawlstream.roles import SERVICE_NAMES
+from crawlstream.runtime import open_host
 from crawlstream.settings import load
 from crawlstream.store import ContentStore, StoreStats
 

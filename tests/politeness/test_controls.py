@@ -22,7 +22,7 @@ from crawlstream.politeness import (
     FetchOutcome,
     Scheduler,
 )
-from crawlstream.services.scheduler.main import to_outcome
+from crawlstream.politeness.service import to_outcome
 
 if TYPE_CHECKING:
     from tests.politeness.conftest import ManualClock

@@ -89,7 +89,7 @@ def test_the_fetcher_gets_a_gate_only_when_asked_and_refuses_one_without_the_sch
     from types import SimpleNamespace
 
     from crawlstream.errors import ConfigError
-    from crawlstream.services.fetcher.main import ip_gate
+    from crawlstream.fetch.service import ip_gate
     from crawlstream.settings import load
 
     assert ip_gate(SimpleNamespace(settings=load({}))) is None  # type: ignore[arg-type]  # off by default

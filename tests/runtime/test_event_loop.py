@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.errors import ConfigError
 from crawlstream.events import EventCodec, FetchRequest, FetchResult
-from crawlstream.runtime import event_loop_name, new_event_loop
-from crawlstream.services._host import open_host
-from crawlstream.services.fetcher.main import FetchHandler, build
+from crawlstream.fetch.service import FetchHandler, build
+from crawlstream.runtime import event_loop_name, new_event_loop, open_host
 from crawlstream.settings import Settings, load
 from crawlstream.topics import FETCH_REQUESTS, FETCH_RESULTS
 from crawlstream.urls import canonicalize, url_key

@@ -12,8 +12,7 @@ from crawlstream import topics
 from crawlstream.bus import Bus
 from crawlstream.errors import ConfigError
 from crawlstream.events import EventCodec
-from crawlstream.runtime import EventHandler, Heartbeat, ServiceLoop
-from crawlstream.services._host import Host, run_standalone
+from crawlstream.runtime import EventHandler, Heartbeat, Host, ServiceLoop, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.settings._settings import BusSettings
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from crawlstream.bus import Message
-from crawlstream.services._host import Host, open_host
+from crawlstream.runtime import Host, open_host
 from crawlstream.settings import Settings
 
 

@@ -11,9 +11,9 @@ import pytest
 import zstandard
 
 from crawlstream.events import ContentStored, EventCodec, FetchResult
-from crawlstream.services.bucket_compressor.main import build, extract_title
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, Location
+from crawlstream.store.service import build, extract_title
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, dlq_topic
 from crawlstream.urls import canonicalize, url_key
 from tests.services._support import drain, host_for, read_topic

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from crawlstream.bus import Message
 from crawlstream.dedupe import Deduper
+from crawlstream.dedupe.service import DedupeHandler
 from crawlstream.events import DiscoveredUrl
-from crawlstream.services.deduper.main import DedupeHandler
 from crawlstream.settings import Settings
 from crawlstream.topics import URLS_DISCOVERED, URLS_FRONTIER
 from crawlstream.urls import canonicalize, partition_for, url_key

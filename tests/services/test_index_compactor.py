@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from crawlstream.index import IndexBuilder, IndexReader, read_manifest
+from crawlstream.index.service import IndexCompactor, build, max_live_files_per_partition
 from crawlstream.lake import LakeWriter
-from crawlstream.services.index_compactor.main import IndexCompactor, build, max_live_files_per_partition
 from crawlstream.settings import Settings
 from crawlstream.urls import canonicalize
 from tests.services._support import host_for

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from crawlstream.bus import Message
 from crawlstream.events import DiscoveredUrl, FetchResult
 from crawlstream.links import Scope
-from crawlstream.services.link_extractor.main import LinkHandler
+from crawlstream.links.service import LinkHandler
 from crawlstream.urls import canonicalize, url_key
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"

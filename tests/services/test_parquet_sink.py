@@ -11,8 +11,8 @@ import pytest
 
 from crawlstream.events import ContentLocation, ContentStored, UrlRecord
 from crawlstream.index import IndexBuilder, IndexReader
-from crawlstream.services.parquet_sink._staging import StagingLog
-from crawlstream.services.parquet_sink.main import build
+from crawlstream.lake._staging import StagingLog
+from crawlstream.lake.service import build
 from crawlstream.settings import Settings
 from crawlstream.topics import CONTENT_STORED, URLS_RECORDS, dlq_topic
 from crawlstream.urls import canonicalize, url_key

@@ -6,7 +6,7 @@ import signal
 from pathlib import Path
 
 from crawlstream.errors import BusUnavailable
-from crawlstream.services._host import Host, run_standalone
+from crawlstream.runtime import Host, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.settings._settings import BusSettings
 

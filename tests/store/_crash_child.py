@@ -15,7 +15,7 @@ import random
 import sys
 from pathlib import Path
 
-from crawlstream.demoweb._render import _padding
+from crawlstream.devtools.demoweb._render import _padding
 from crawlstream.store import ContentStore
 
 

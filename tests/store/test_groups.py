@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from store_support import group_headers
 
-from crawlstream.demoweb._render import _padding
+from crawlstream.devtools.demoweb._render import _padding
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, decode_record_header
 

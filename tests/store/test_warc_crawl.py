@@ -21,9 +21,9 @@ from warcio.archiveiterator import ArchiveIterator
 from crawlstream.bus import EmbeddedBus
 from crawlstream.cli import main
 from crawlstream.cli._run import run_crawl
-from crawlstream.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.events import EventCodec, FetchResult
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
 from crawlstream.store import ContentStore
 from crawlstream.topics import FETCH_RESULTS

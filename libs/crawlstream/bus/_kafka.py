@@ -8,7 +8,7 @@ mapping. Every ``KafkaException`` stops here and leaves as ``BusUnavailable`` wi
 cause kept. It does not decode values and does not handle signals: graceful shutdown
 (flush, commit, close) is the service loop's job.
 
-Tested against real Apache Kafka brokers (``crawlstream.localkafka.LocalKafka``); the
+Tested against real Apache Kafka brokers (``crawlstream.devtools.localkafka.LocalKafka``); the
 production choices are recorded in docs/decisions/011-real-kafka.md.
 """
 

@@ -1,6 +1,6 @@
 """``crawlstream demo`` (what ``make run`` runs): the whole system on the embedded default.
 
-1. start the synthetic web (``crawlstream.demoweb``) on 127.0.0.1: many registered domains
+1. start the synthetic web (``crawlstream.devtools.demoweb``) on 127.0.0.1: many registered domains
    with robots rules, crawl delays, redirects, errors, slow, huge and binary pages;
 2. crawl it to the end with every pipeline service in this process (embedded log, private
    Redis, content store, Parquet lake), exactly as ``crawlstream run --exit-when-done``;
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.api import check_port_free, serve, tokens_from_settings
     from crawlstream.cli._run import log_to_data_dir, open_run_host, run_crawl
-    from crawlstream.demoweb import DemoWeb
+    from crawlstream.devtools.demoweb import DemoWeb
     from crawlstream.index import IndexBuilder, IndexReader
     from crawlstream.urls import registered_domain_or_host
 

@@ -15,7 +15,6 @@ import sys
 import threading
 from pathlib import Path
 
-from crawlstream.demoweb import DemoWeb
 from crawlstream.settings import Settings
 
 
@@ -32,6 +31,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.devtools.demoweb import DemoWeb  # a dev tool: loaded only by this command
+
     web = DemoWeb(
         args.domains, pages_per_domain=args.pages_per_domain, seed=args.seed, port=args.port, slow_s=args.slow_s
     )

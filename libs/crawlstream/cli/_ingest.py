@@ -98,7 +98,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with ExitStack() as stack:
         publish = published = None
         if not args.no_publish:
-            from crawlstream.services._host import open_host
+            from crawlstream.runtime import open_host
 
             events = stack.enter_context(open_host(settings)).event_producer()
             publish, published = _publisher(events), events.flush

@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.bus import KafkaBus
+    from crawlstream.devtools.localkafka import LocalKafka
     from crawlstream.errors import ConfigError
-    from crawlstream.localkafka import LocalKafka
     from crawlstream.topics import ALL_TOPICS, dlq_topic
 
     partitions = args.partitions if args.partitions is not None else settings.bus.partitions

@@ -133,7 +133,7 @@ def migrate_postgres(
 ) -> MigrationReport:
     """Build the migrator from ``settings`` and run it (the command without its lock and output);
     ``on_batch`` is the migrator's test hook."""
-    from crawlstream.services._host import open_host
+    from crawlstream.runtime import open_host
     from crawlstream.store import ContentStore
 
     dataset_id = settings.crawl.dataset_id if args.dataset_id is None else args.dataset_id

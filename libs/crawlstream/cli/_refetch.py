@@ -18,7 +18,7 @@ import sys
 
 from crawlstream.errors import ConfigError
 from crawlstream.politeness import read_refetch_urls, send_refetch
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 
 __all__ = ["register", "run"]

@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.replay import check_retained, prepare_target
-    from crawlstream.services._host import open_host
+    from crawlstream.runtime import open_host
 
     into: Path = args.into.resolve()
     if into == settings.data_dir.resolve():
@@ -93,7 +93,7 @@ def replay_into(
     """Replay ``state.topics`` into ``into`` (see the module docstring); the JSON summary.
     Refuses topics whose beginning retention deleted, as the command does."""
     from crawlstream.replay import check_retained
-    from crawlstream.services._host import open_host
+    from crawlstream.runtime import open_host
 
     with open_host(settings) as host:
         check_retained({t: host.bus.start_offsets(t) for t in state.topics})
@@ -103,9 +103,9 @@ def replay_into(
 def _replay(host: Any, into: Path, state: Any, resumed: bool, should_stop: Any, out: Any) -> dict[str, Any]:
     from crawlstream.bus import TopicPartition
     from crawlstream.index import IndexBuilder
+    from crawlstream.lake._staging import StagingLog
+    from crawlstream.lake.service import SinkHandler
     from crawlstream.replay import ReplayProgress
-    from crawlstream.services.parquet_sink._staging import StagingLog
-    from crawlstream.services.parquet_sink.main import SinkHandler
 
     target = dataclasses.replace(host.settings, data_dir=into)
     started = time.monotonic()

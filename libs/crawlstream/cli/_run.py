@@ -14,15 +14,14 @@ with the same data dir resumes. With ``--exit-when-done`` the run ends once the 
 drained (see ``crawlstream.crawl._drain``) or ``--max-pages`` is reached. The one-line JSON
 summary goes to stdout, progress and logs to stderr.
 
-A service plugs in by name: its package ``crawlstream.services.<name>`` has a ``main``
-module with ``build(host) -> service`` (``run``/``stop``/``close``), ``GROUP`` (its consumer
-group) and ``TOPICS`` (what it consumes; the drain check waits for the group to consume them).
+A service plugs in by name (``crawlstream.roles``): its ``service`` module has ``build(host) ->
+service`` (``run``/``stop``/``close``), ``GROUP`` (its consumer group) and ``TOPICS`` (what it
+consumes; the drain check waits for the group to consume them).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import signal
@@ -47,9 +46,8 @@ from crawlstream.crawl._processes import PARTITIONED_SERVICES, WorkerPool, defau
 from crawlstream.errors import ConfigError
 from crawlstream.logs import configure_logging
 from crawlstream.politeness import Controls, Scheduler
-from crawlstream.runtime import LoopService, ServiceLoop
-from crawlstream.services import package_for
-from crawlstream.services._host import Host, open_host
+from crawlstream.roles import role
+from crawlstream.runtime import Host, LoopService, ServiceLoop, open_host
 from crawlstream.settings import Settings
 from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED, URLS_FRONTIER
 
@@ -68,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 # The crawl loop proper: `run` refuses to start without any of them.
 CRAWL_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
-# Run by default when this build has them (content store and lake).
+# Run by default: the crawl loop, the content store and the lake.
 DEFAULT_SERVICES = (*CRAWL_SERVICES, "bucket-compressor", "parquet-sink")
 
 
@@ -94,8 +92,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument(
         "--services",
         default=",".join(DEFAULT_SERVICES),
-        help="comma list of services to run (default: %(default)s; those missing from this build are skipped, "
-        "except the crawl loop's four)",
+        help="comma list of services to run (default: %(default)s; the crawl loop's four are required)",
     )
     p.set_defaults(func=run)
 
@@ -265,13 +262,7 @@ def _service_specs(
         raise ConfigError(f"--services must include the crawl loop {CRAWL_SERVICES}; missing {missing}")
     specs: list[ServiceSpec] = []
     for name in dict.fromkeys(names):
-        try:
-            module = importlib.import_module(package_for(name) + ".main")
-        except ModuleNotFoundError as exc:
-            if name in CRAWL_SERVICES or not (exc.name or "").startswith(package_for(name)):
-                raise
-            logger.info("service %s is not in this build: not run", name)
-            continue
+        module = role(name).module()
         kwargs: dict[str, Any] = {}
         if name == "fetcher" and resolve_map is not None:
             kwargs["resolve_map"] = dict(resolve_map)

@@ -20,7 +20,7 @@ from crawlstream.bus import EmbeddedBus
 from crawlstream.crawl import SeedIntake, SeedProgress, open_seed_sources
 from crawlstream.errors import ConfigError
 from crawlstream.frontier import MAX_PRIORITY
-from crawlstream.services._host import open_host
+from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 
 __all__ = ["register", "run"]

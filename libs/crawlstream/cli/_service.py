@@ -8,15 +8,13 @@ families, plus the client's process and Python ones) on ``metrics.host``, port
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 
 from prometheus_client import REGISTRY
 
-from crawlstream.errors import ConfigError
 from crawlstream.logs import set_default_service
 from crawlstream.metrics import metrics_port, serve_metrics
-from crawlstream.services import SERVICE_NAMES, package_for
+from crawlstream.roles import SERVICE_NAMES, role
 from crawlstream.settings import Settings, describe
 
 logger = logging.getLogger(__name__)
@@ -33,10 +31,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    try:
-        module = importlib.import_module(package_for(args.name) + ".main")
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"service {args.name!r} is not available in this build ({exc})") from exc
+    module = role(args.name).module()
     set_default_service(args.name)
     logger.info("starting service %s with %s", args.name, describe(settings))
     with serve_metrics(REGISTRY, settings.metrics.host, metrics_port(settings.metrics.port, args.name)):

@@ -1,10 +1,10 @@
 """The embedded crawl's orchestration (``crawlstream run``): services on threads, progress,
-drain detection, crawl stats and the summary. Service wiring stays in ``crawlstream.services``;
-the CLI hands it in as ``ServiceSpec`` builders."""
+drain detection, crawl stats and the summary. Each service's wiring is its package's
+``service`` module (``crawlstream.roles``); the CLI hands it in as ``ServiceSpec`` builders."""
 
 from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
 from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, format_progress
-from crawlstream.crawl._runner import CrawlRunner, Drainable, Runnable, ServiceSpec
+from crawlstream.crawl._runner import CrawlRunner, Drainable, ServiceSpec
 from crawlstream.crawl._seeds import (
     SeedEncoder,
     SeedIntake,
@@ -32,7 +32,6 @@ __all__ = [
     "Progress",
     "ProgressReporter",
     "RateMeter",
-    "Runnable",
     "SeedEncoder",
     "SeedIntake",
     "SeedProgress",

@@ -35,7 +35,7 @@ from crawlstream.bus._factory import open_bus
 from crawlstream.errors import ConfigError, CrawlstreamError
 from crawlstream.events import EventCodec
 from crawlstream.redisconn import attach_redis, open_redis
-from crawlstream.services._host import Host
+from crawlstream.runtime import Host
 from crawlstream.settings import Settings
 
 __all__ = [

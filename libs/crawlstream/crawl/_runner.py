@@ -19,22 +19,12 @@ from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
 from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, eta_seconds
 from crawlstream.crawl._stats import CrawlStats
 from crawlstream.crawl._summary import CrawlSummary, summarize
-from crawlstream.runtime import startup_objects_frozen
+from crawlstream.runtime import Runnable, startup_objects_frozen
 from crawlstream.topics import FETCH_REQUESTS, URLS_FRONTIER
 
-__all__ = ["CrawlRunner", "Drainable", "Runnable", "ServiceSpec"]
+__all__ = ["CrawlRunner", "Drainable", "ServiceSpec"]
 
 logger = logging.getLogger(__name__)
-
-
-class Runnable(Protocol):
-    """A built service: ``run`` blocks until ``stop``; ``close`` releases what it holds."""
-
-    def run(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class Drainable(Runnable, Protocol):

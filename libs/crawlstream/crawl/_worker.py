@@ -20,7 +20,6 @@ if __name__ == "__main__":  # the worker process only: importing this module cha
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
 
-import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import pickle  # noqa: E402
@@ -29,8 +28,8 @@ from typing import Any  # noqa: E402
 
 from crawlstream.crawl._processes import WorkerPayload, open_crawl_host  # noqa: E402
 from crawlstream.logs import configure_logging, set_default_service  # noqa: E402
+from crawlstream.roles import role  # noqa: E402
 from crawlstream.runtime import freeze_startup_objects  # noqa: E402
-from crawlstream.services import package_for  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ def main() -> int:
         services: list[tuple[str, Any]] = []
         try:
             for name in payload.services:
-                module = importlib.import_module(package_for(name) + ".main")
+                module = role(name).module()
                 kwargs: dict[str, Any] = {}
                 if name == "fetcher" and payload.resolve_map is not None:
                     kwargs["resolve_map"] = dict(payload.resolve_map)

@@ -5,7 +5,6 @@ every field, the topics, keys and the partitioning rule.
 """
 
 from crawlstream.events._codec import MAGIC_BYTE, EventCodec, schema_id_of
-from crawlstream.events._local_registry import LocalSchemaRegistry
 from crawlstream.events._model import (
     EVENT_TYPES,
     TOPIC_EVENTS,
@@ -43,7 +42,6 @@ __all__ = [
     "FetchRequest",
     "FetchResult",
     "LocalSchemaIds",
-    "LocalSchemaRegistry",
     "RegistrySchemaIds",
     "Schema",
     "SchemaIds",

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from crawlstream.devtools.localproc import free_port
 from crawlstream.errors import ConfigError, StorageUnavailable
-from crawlstream.localproc import free_port
 
 __all__ = ["LocalPostgres", "find_pg_bin"]
 

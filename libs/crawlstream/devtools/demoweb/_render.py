@@ -11,7 +11,7 @@ import random
 import zlib
 from xml.sax.saxutils import escape
 
-from crawlstream.demoweb._model import Page
+from crawlstream.devtools.demoweb._model import Page
 
 __all__ = ["PDF_BYTES", "PNG_BYTES", "gzip_bomb", "render_html", "render_huge", "render_sitemap", "sitemap_bomb"]
 

@@ -1,8 +1,8 @@
 """A deterministic synthetic web on loopback for the demo, the tests and the benchmarks."""
 
-from crawlstream.demoweb._model import SITEMAP_PATHS, SPECIAL_PATHS, Page, WebModel
-from crawlstream.demoweb._render import gzip_bomb, sitemap_bomb
-from crawlstream.demoweb._server import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb._model import SITEMAP_PATHS, SPECIAL_PATHS, Page, WebModel
+from crawlstream.devtools.demoweb._render import gzip_bomb, sitemap_bomb
+from crawlstream.devtools.demoweb._server import DemoWeb, RequestRecord
 
 __all__ = [
     "SITEMAP_PATHS",

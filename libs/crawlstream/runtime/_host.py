@@ -28,10 +28,11 @@ from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, EventProducer
 from crawlstream.metrics import metrics_port, serve_metrics
 from crawlstream.redisconn import RedisHandle, open_redis
-from crawlstream.runtime import EventHandler, Flushable, Heartbeat, LoopMetrics, ServiceLoop
+from crawlstream.runtime._heartbeat import Heartbeat
+from crawlstream.runtime._loop import EventHandler, Flushable, LoopMetrics, ServiceLoop
 from crawlstream.settings import Settings
 
-__all__ = ["Host", "Runnable", "open_host", "run_standalone"]
+__all__ = ["Host", "Runnable", "install_stop_signals", "open_host", "run_standalone"]
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The server is Apicurio Registry (Quarkus, in-memory H2 storage): its "ccompat" A
 talks to it exactly as to Confluent's. Confluent's own registry is not on Maven Central
 (docs/decisions/013-schema-registry.md).
 
-Ownership, as ``crawlstream.localkafka``: the JVM is started by this process on free
+Ownership, as ``crawlstream.devtools.localkafka``: the JVM is started by this process on free
 127.0.0.1 ports, stopped by PID (SIGTERM, then SIGKILL after a bound), and dies with this
 process even on SIGKILL (``PR_SET_PDEATHSIG``). Its state lives in memory: a stop forgets
 every schema.
@@ -29,8 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
+from crawlstream.devtools.localproc import die_with_parent, free_port, stop_processes
 from crawlstream.errors import BusUnavailable, ConfigError
-from crawlstream.localproc import die_with_parent, free_port, stop_processes
 
 __all__ = ["APICURIO_VERSION", "CCOMPAT_PATH", "LocalSchemaRegistry", "find_registry_java", "find_schema_registry"]
 

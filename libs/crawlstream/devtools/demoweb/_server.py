@@ -25,8 +25,15 @@ from dataclasses import dataclass
 from aiohttp import web
 from multidict import CIMultiDict
 
-from crawlstream.demoweb._model import Page, WebModel, not_modified
-from crawlstream.demoweb._render import PDF_BYTES, PNG_BYTES, gzip_bomb, render_html, render_huge, render_sitemap
+from crawlstream.devtools.demoweb._model import Page, WebModel, not_modified
+from crawlstream.devtools.demoweb._render import (
+    PDF_BYTES,
+    PNG_BYTES,
+    gzip_bomb,
+    render_html,
+    render_huge,
+    render_sitemap,
+)
 from crawlstream.links import Scope
 
 __all__ = ["DemoWeb", "RequestRecord"]

@@ -30,8 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from crawlstream.devtools.localproc import die_with_parent, free_port, stop_processes
 from crawlstream.errors import BusUnavailable, ConfigError
-from crawlstream.localproc import die_with_parent, free_port, stop_processes
 
 __all__ = ["KAFKA_VERSION", "LocalKafka", "find_kafka_libs"]
 

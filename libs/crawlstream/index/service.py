@@ -1,0 +1,160 @@
+"""Index compactor wiring: every ``index.build_interval_s``, bring the index up to the lake.
+
+No topic: the lake directory is the input. One iteration (``run_once``):
+
+1. ``IndexBuilder.build()``: incremental, scans only lake files the current version does
+   not know; writes nothing when there are none;
+2. if some lake partition holds ``index.compact_min_files`` live files or more (postings of
+   its domains are fragmented across that many files), ``IndexBuilder.compact()`` merges
+   those partitions and builds again; counted from a directory listing, no file is opened;
+3. after a new version flipped, ``IndexBuilder.gc()`` drops versions beyond
+   ``index.keep_versions`` (never one a reader pins) and lake files compaction retired.
+
+The builder takes a file lock, so a concurrent ``crawlstream index build`` waits rather than
+racing. A storage error is logged and retried at the next tick; anything else propagates.
+Standalone, ``settings.heartbeat_file`` is touched before and after each tick (its age is at
+most one interval or one build, whichever is longer: the liveness probe allows for both).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from crawlstream.errors import TransientError
+from crawlstream.index import BuildResult, IndexBuilder, read_manifest
+from crawlstream.lake import list_lake_files
+from crawlstream.metrics import IndexMetrics, per_registry
+from crawlstream.runtime import Heartbeat, Host, install_stop_signals
+from crawlstream.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TickResult:
+    build: BuildResult
+    compaction: BuildResult | None
+    gc_removed_versions: int
+
+
+def max_live_files_per_partition(root: Path) -> int:
+    """The most live (not retired by a compaction) lake files any (dataset, prefix) holds."""
+    manifest = read_manifest(root)
+    retired = set(manifest.current().stats.get("retired", [])) if manifest else set()
+    counts = Counter((lf.dataset_id, lf.hh) for lf in list_lake_files(root) if lf.path not in retired)
+    return max(counts.values(), default=0)
+
+
+class IndexCompactor:
+    """Runs ``run_once`` every ``interval_s`` until ``stop()``; see the module docstring."""
+
+    def __init__(
+        self,
+        builder: IndexBuilder,
+        *,
+        interval_s: float,
+        compact_min_files: int,
+        stop_event: threading.Event | None = None,
+        heartbeat: Callable[[], None] | None = None,
+        metrics: IndexMetrics | None = None,
+    ) -> None:
+        self._builder = builder
+        self._metrics = metrics
+        self._heartbeat = heartbeat or (lambda: None)
+        self._interval_s = interval_s
+        self._compact_min_files = compact_min_files
+        self._stop = stop_event or threading.Event()
+        self.ticks = 0
+        self.versions_flipped = 0
+
+    def run_once(self) -> TickResult:
+        # 1. incremental build
+        build = self._builder.build()
+        self._observe("full" if build.full else "incremental", build)
+        # 2. compaction when fragmented
+        compaction = None
+        if max_live_files_per_partition(self._builder.root) >= self._compact_min_files:
+            compaction = self._builder.compact(min_files=self._compact_min_files)
+            self._observe("compaction", compaction)
+            logger.info("index-compactor: compacted %d lake partitions", compaction.compacted_partitions)
+        # 3. gc after a flip
+        flipped = build.version is not None or (compaction is not None and compaction.version is not None)
+        removed = len(self._builder.gc().removed_versions) if flipped else 0
+        if self._metrics is not None and removed:
+            self._metrics.gc_removed_versions.inc(removed)
+        self.versions_flipped += int(flipped)
+        self.ticks += 1
+        return TickResult(build, compaction, removed)
+
+    def _observe(self, kind: str, result: BuildResult) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_build(
+                kind, result.seconds, result.version, domains=result.domains, pairs=result.pairs, now_s=time.time()
+            )
+
+    def run(self) -> None:
+        logger.info("index-compactor: building every %.1fs under %s", self._interval_s, self._builder.root)
+        manifest = read_manifest(self._builder.root)
+        if self._metrics is not None and manifest is not None:
+            self._metrics.set_current(manifest.current_version)  # before the first build: a restart shows it
+        while not self._stop.is_set():
+            self._heartbeat()
+            try:
+                self.run_once()
+            except TransientError as exc:
+                if self._metrics is not None:
+                    self._metrics.build_failures.inc()
+                logger.error("index-compactor: tick failed, retrying in %.1fs: %s", self._interval_s, exc)
+            self._heartbeat()
+            self._stop.wait(self._interval_s)
+        logger.info("index-compactor: stopped")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        """Nothing to release: every tick's work is on disk when it returns."""
+
+
+def from_settings(
+    settings: Settings,
+    stop_event: threading.Event | None = None,
+    heartbeat: Callable[[], None] | None = None,
+    registry: CollectorRegistry = REGISTRY,
+) -> IndexCompactor:
+    """``registry``: where its metrics go (the process's, which ``crawlstream service`` serves)."""
+    return IndexCompactor(
+        IndexBuilder.from_settings(settings),
+        interval_s=settings.index.build_interval_s,
+        compact_min_files=settings.index.compact_min_files,
+        stop_event=stop_event,
+        heartbeat=heartbeat,
+        metrics=per_registry(IndexMetrics, registry),
+    )
+
+
+def build(host: Host) -> IndexCompactor:
+    return from_settings(host.settings, host.stop_event, registry=host.registry)
+
+
+def run(settings: Settings) -> int:
+    """``crawlstream service index-compactor``: needs only the data dir (no bus, no Redis),
+    so it runs beside an embedded-bus process, which holds the bus directory's lock."""
+    heartbeat = Heartbeat(settings.heartbeat_file, min_interval_s=0.0)
+    heartbeat.start()
+    compactor = from_settings(settings, heartbeat=heartbeat.beat)
+    install_stop_signals(compactor.stop)
+    try:
+        compactor.run()
+    finally:
+        compactor.close()
+        heartbeat.stop()
+    return 0
