@@ -23,6 +23,7 @@ from typing import Any
 from crawlstream.bus import Consumer, Message, TopicPartition
 from crawlstream.errors import StorageUnavailable
 from crawlstream.events import FetchResult
+from crawlstream.fetch import ERROR_OUTCOMES
 from crawlstream.runtime import EventHandler
 from crawlstream.status._topk import TopCounts
 from crawlstream.topics import FETCH_RESULTS
@@ -33,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 STATS_GROUP = "crawlstream.run-stats"
 
-# Outcomes that mean the fetch itself failed (HTTP errors are answers, not failures).
-ERROR_OUTCOMES = frozenset({"timeout", "dns_error", "connect_error", "too_large", "blocked_private", "error"})
 
 
 @dataclass

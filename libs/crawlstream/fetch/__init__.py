@@ -3,11 +3,20 @@
 from crawlstream.fetch._decode import ACCEPT_ENCODING
 from crawlstream.fetch._fetcher import Fetcher, load_resolve_map, redirect_hop_record
 from crawlstream.fetch._guard import GuardedResolver, is_public_address
-from crawlstream.fetch._outcome import OUTCOMES, FetchOutcome, Outcome, parse_retry_after
+from crawlstream.fetch._outcome import (
+    ERROR_OUTCOMES,
+    OUTCOMES,
+    REVISITABLE_OUTCOMES,
+    FetchOutcome,
+    Outcome,
+    parse_retry_after,
+)
 
 __all__ = [
     "ACCEPT_ENCODING",
+    "ERROR_OUTCOMES",
     "OUTCOMES",
+    "REVISITABLE_OUTCOMES",
     "FetchOutcome",
     "Fetcher",
     "GuardedResolver",

@@ -34,6 +34,7 @@ from crawlstream.errors import ConfigError, InvalidUrl
 from crawlstream.fetch._decode import ACCEPT_ENCODING, CorruptEncoding, UnsupportedEncoding, make_decoder
 from crawlstream.fetch._guard import BlockedAddress, GuardedResolver, MappedHostMissing, is_public_address
 from crawlstream.fetch._outcome import (
+    HOST_FAILURE_OUTCOMES,
     FetchOutcome,
     Outcome,
     kept_headers,
@@ -611,7 +612,7 @@ class Fetcher:
                 await self._acheck_proxied_target(target)
                 raw = await self._aget(session, target, MAX_ROBOTS_BYTES)
             except _Failure as exc:
-                if exc.outcome in ("dns_error", "blocked_private"):
+                if exc.outcome in HOST_FAILURE_OUTCOMES:
                     raise  # the page's host fails the same way: report that, not robots
                 logger.info("robots.txt of %s unavailable: %s", origin, exc)
                 return RobotsPolicy.from_response(0, b"", error_backoff_s=self._robots_error_backoff_s)

@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "ERROR_OUTCOMES",
+    "HOST_FAILURE_OUTCOMES",
     "KEPT_HEADERS",
     "MAX_RESPONSE_HEAD_BYTES",
     "OUTCOMES",
+    "REVISITABLE_OUTCOMES",
     "FetchOutcome",
     "Outcome",
     "kept_headers",
@@ -35,6 +38,18 @@ Outcome = Literal[
     "unchanged",  # a revisit's 2xx body hashes as the previous one did: the body is not sent on
 ]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+
+# The groups of outcomes, each defined here and nowhere else (tests/fetch/test_outcome_groups.py).
+# No usable answer: the fetch failed, or the network guard refused the address. An HTTP error is
+# an answer, not a failure. The crawl's error counts, the status page and the fetcher's per-URL
+# log all count these.
+ERROR_OUTCOMES: frozenset[str] = frozenset(
+    {"timeout", "dns_error", "connect_error", "too_large", "blocked_private", "error"}
+)
+# Failures of the host, not of one URL: a robots.txt fetch that fails so is the page's outcome too.
+HOST_FAILURE_OUTCOMES: frozenset[str] = frozenset({"dns_error", "blocked_private"})
+# A page came back, or the server said it is the one it had (a revisit may follow: ADR 022).
+REVISITABLE_OUTCOMES: frozenset[str] = frozenset({"ok", "unchanged", "not_modified"})
 
 # Response headers worth keeping downstream (content store, scheduler); everything else is
 # dropped so a FetchResult stays small whatever the server sends.

@@ -30,7 +30,7 @@ import zstandard
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.errors import ConfigError
 from crawlstream.events import EventProducer, FetchRequest, FetchResult
-from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.fetch import ERROR_OUTCOMES, Fetcher, FetchOutcome
 from crawlstream.logs import log_fields
 from crawlstream.metrics import FetchMetrics, per_registry
 from crawlstream.politeness import ExcludedDomains, RedisIpGate, ReplayFence
@@ -42,8 +42,6 @@ from crawlstream.urls import partition_for
 
 GROUP = "crawlstream.fetcher"
 TOPICS = (FETCH_REQUESTS,)
-# Outcomes logged (DEBUG) per URL, with its partition and url_key: the request went out and failed.
-_FAILED = frozenset({"timeout", "dns_error", "connect_error", "error", "too_large"})
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +244,7 @@ class FetchHandler(EventHandler):
     def _observe(self, started: _Started, outcome: FetchOutcome) -> None:
         if self._metrics is not None:
             self._metrics.observe(outcome.outcome, outcome.status, outcome.elapsed_ms, outcome.body_size_bytes)
-        if outcome.outcome in _FAILED:
+        if outcome.outcome in ERROR_OUTCOMES:  # logged (DEBUG) per URL, with its partition and url_key
             request = started.request
             logger.debug(
                 "fetch of %s: %s (%s)",

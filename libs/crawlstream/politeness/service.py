@@ -19,6 +19,7 @@ import redis
 
 from crawlstream.bus import Message, TopicPartition
 from crawlstream.events import DiscoveredUrl, EventProducer, FetchRequest, FetchResult
+from crawlstream.fetch import REVISITABLE_OUTCOMES
 from crawlstream.frontier import FrontierEntry, lane_priority
 from crawlstream.metrics import PolitenessMetrics, per_registry
 from crawlstream.politeness import (
@@ -47,12 +48,10 @@ _ERRORS = {
     "error": "error",
     "excluded": EXCLUDED_ERROR,
 }
-# outcomes whose page may be revisited: a page came back (or a 304 said it is the same)
-_REVISITABLE = frozenset({"ok", "unchanged", "not_modified"})
 
 
 def _validators(result: FetchResult) -> Validators | None:
-    if result.outcome not in _REVISITABLE:
+    if result.outcome not in REVISITABLE_OUTCOMES:
         return None
     headers = result.headers
     return Validators(headers.get("etag") or None, headers.get("last-modified") or None, result.content_hash)

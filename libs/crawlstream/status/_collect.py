@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from crawlstream.errors import CrawlstreamError
+from crawlstream.fetch import ERROR_OUTCOMES
 from crawlstream.status._topk import TopCounts
 from crawlstream.topics import CONTENT_STORED, FETCH_REQUESTS, FETCH_RESULTS, URLS_FRONTIER
 
@@ -126,11 +127,6 @@ class StatusCollector:
         self._rates = _Rates()
         self._last: tuple[float, dict[str, Any]] | None = None
         self._store_stats: tuple[float, dict[str, Any]] | None = None
-        # Imported here, not at module level: crawlstream.crawl imports this package's
-        # TopCounts (a cycle at import time); and here, not per request: importing the crawl
-        # package takes ~1 s, which the first page load would otherwise wait for.
-        from crawlstream.crawl._stats import ERROR_OUTCOMES
-
         self._error_outcomes = ERROR_OUTCOMES
 
     @classmethod
