@@ -1,4 +1,5 @@
-"""The fetch core: aiohttp with robots.txt, caps, bomb limits and the SSRF guard (service wiring is elsewhere)."""
+"""The fetch core: aiohttp with robots.txt, caps, bomb limits and the SSRF guard, and the outcome
+of a fetch with its groups. ``crawlstream.fetch.service`` is the fetcher service built on it."""
 
 from crawlstream.fetch._decode import ACCEPT_ENCODING
 from crawlstream.fetch._fetcher import Fetcher, load_resolve_map, redirect_hop_record
