@@ -92,7 +92,8 @@ from crawlstream.frontier import (
     encode_record,
     validate_domain,
 )
-from crawlstream.politeness._keys import CRAWL_BUDGET_KEY, EXCLUDED_KEY, OVERRIDE_PREFIX
+from crawlstream.politeness._keys import EXCLUDED_KEY, OVERRIDE_PREFIX
+from crawlstream.politeness._lua import CLAIM_WIDTH, FENCED, scripts
 from crawlstream.politeness._revisit import RevisitCursor, RevisitFiles, RevisitRecord, Validators
 from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
 from crawlstream.robots import MAX_CRAWL_DELAY_S
@@ -106,233 +107,6 @@ __all__ = ["Scheduler"]
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-
-FENCED = "!fenced"  # the claim's answer to a fenced caller ('!' is never in a domain)
-
-# Claim up to ARGV[2] due domains: each leaves its ready queue; those that may send another
-# request get rd=1 (the claim) and infl+1 and are returned with their file state, next fetch
-# time, delay override and lane state, flat: domain, gen, off, size, next, delay, lg, lo, ls,
-# domain, ... Atomic, so two callers never claim the same domain. Domains whose next URL is in
-# their priority lane (the ``pready`` queue) are taken first, highest lane priority first, then
-# the earliest due; then the others (``ready``) by due time. Operator controls are read here,
-# in the server, so every scheduler honours a change at its next claim (ADR 016): an excluded
-# domain only leaves the queue; an override replaces max in flight and the page budget, and a
-# delay override holds the domain until that long after its last dispatch (``lt``). When the
-# run has a page budget (cs:ctl:crawl) at most limit - used domains are claimed.
-# KEYS: ready, pready, owner. ARGV[7]: the caller's owner token ('' = not checked): another
-# token there answers the single value FENCED and claims nothing (no token at all, after a
-# Redis that lost its data, fences nobody).
-_CLAIM = """
-local owner = redis.call('GET', KEYS[3])
-if ARGV[7] ~= '' and owner and owner ~= ARGV[7] then
-  return {'@FENCED@'}
-end
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local max_in_flight = tonumber(ARGV[3])
-local budget = tonumber(ARGV[4])
-local hdr = tonumber(ARGV[6])
-local left = nil
-local crawl = redis.call('HMGET', '@CRAWL@', 'limit', 'used')
-if crawl[1] then
-  left = tonumber(crawl[1]) - (tonumber(crawl[2]) or 0)
-  if left <= 0 then return {} end
-end
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-local hot = #due
-if hot > 1 then
-  local lp, pos = {}, {}
-  for i, d in ipairs(due) do
-    lp[d] = tonumber(redis.call('HGET', ARGV[5] .. d, 'lp')) or 0
-    pos[d] = i
-  end
-  table.sort(due, function(a, b)
-    if lp[a] ~= lp[b] then return lp[a] > lp[b] end
-    return pos[a] < pos[b]
-  end)
-end
-if hot < limit then
-  for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit - hot)) do
-    due[#due + 1] = d
-  end
-end
-local out = {}
-local claimed = 0
-for i, d in ipairs(due) do
-  if left ~= nil and claimed >= left then break end
-  local queue = KEYS[1]
-  if i <= hot then queue = KEYS[2] end
-  redis.call('ZREM', queue, d)
-  if redis.call('SISMEMBER', '@EXCLUDED@', d) == 0 then
-    local o = redis.call('HMGET', '@OVERRIDE@' .. d, 'delay', 'infl', 'pages')
-    local h = ARGV[5] .. d
-    local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next', 'lt', 'lg', 'lo', 'ls')
-    local infl = tonumber(v[1]) or 0
-    if (not v[5]) and infl < (tonumber(o[2]) or max_in_flight)
-        and ((tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr) or (tonumber(v[10]) or hdr) < (tonumber(v[11]) or hdr))
-        and (tonumber(v[4]) or 0) < (tonumber(o[3]) or budget) then
-      local hold = nil
-      if o[1] and v[8] then hold = tonumber(v[8]) + tonumber(o[1]) end
-      if hold ~= nil and now < hold then
-        redis.call('ZADD', queue, hold, d)
-      else
-        redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
-        claimed = claimed + 1
-        out[#out + 1] = d
-        out[#out + 1] = v[6] or ''
-        out[#out + 1] = v[2] or ''
-        out[#out + 1] = v[3] or ''
-        out[#out + 1] = v[7] or ''
-        out[#out + 1] = o[1] or ''
-        out[#out + 1] = v[9] or ''
-        out[#out + 1] = v[10] or ''
-        out[#out + 1] = v[11] or ''
-      end
-    end
-  end
-end
-if left ~= nil and claimed > 0 then
-  redis.call('HINCRBY', '@CRAWL@', 'used', claimed)
-end
-return out
-"""
-_CLAIM_WIDTH = 9  # values per claimed domain in the claim's answer
-
-# requeue(): put a domain in a ready queue at its next fetch time iff it may send a request
-# now or later (not excluded, slot free, unread records, budget left) and nobody holds its
-# claim; else take it out (-2: excluded, its records stay parked in the files). The queue is
-# ``pready`` while its priority lane has unread records (they go first), else ``ready``; the
-# domain leaves the other. ``release`` drops the caller's own claim first.
-_REQUEUE_FN = """
-local function requeue(ready, pready, h, domain, now, max_in_flight, budget, hdr, release)
-  if release == '1' then
-    redis.call('HDEL', h, 'rd')
-  elseif redis.call('HEXISTS', h, 'rd') == 1 then
-    return -1
-  end
-  if redis.call('SISMEMBER', '@EXCLUDED@', domain) == 1 then
-    redis.call('ZREM', ready, domain)
-    redis.call('ZREM', pready, domain)
-    return -2
-  end
-  local o = redis.call('HMGET', '@OVERRIDE@' .. domain, 'delay', 'infl', 'pages')
-  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next', 'lt', 'lo', 'ls')
-  local infl = tonumber(v[1]) or 0
-  if infl < 0 then
-    redis.call('HSET', h, 'infl', 0)
-    infl = 0
-  end
-  local lane = (tonumber(v[7]) or hdr) < (tonumber(v[8]) or hdr)
-  if infl < (tonumber(o[2]) or tonumber(max_in_flight))
-      and (lane or (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr))
-      and (tonumber(v[4]) or 0) < (tonumber(o[3]) or tonumber(budget)) then
-    local at = tonumber(v[5]) or tonumber(now)
-    if o[1] and v[6] and tonumber(v[6]) + tonumber(o[1]) > at then
-      at = tonumber(v[6]) + tonumber(o[1])
-    end
-    if lane then
-      redis.call('ZADD', pready, at, domain)
-      redis.call('ZREM', ready, domain)
-    else
-      redis.call('ZADD', ready, at, domain)
-      redis.call('ZREM', pready, domain)
-    end
-    return 1
-  end
-  redis.call('ZREM', ready, domain)
-  redis.call('ZREM', pready, domain)
-  return 0
-end
-"""
-
-# KEYS: ready, domain hash, pready. ARGV: domain, now, max_in_flight, budget, release, header size.
-_REQUEUE = (
-    _REQUEUE_FN
-    + """
-return requeue(KEYS[1], KEYS[3], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[5])
-"""
-)
-
-# Record one dispatch (or an empty read) in one atomic step. KEYS: ready, domain hash,
-# inflight, leases, pready. ARGV[1..6] as _REQUEUE, then: new offset, next fetch at, ticket
-# field, ticket record ('' = no ticket: give the slot, and the run's page, back), lease
-# deadline, the offset's field ('off', or 'lo' for the lane), the lane's next priority ('' =
-# unchanged).
-_DISPATCH = (
-    _REQUEUE_FN
-    + """
-local h = KEYS[2]
-redis.call('HSET', h, ARGV[12], ARGV[7])
-if ARGV[13] ~= '' then
-  redis.call('HSET', h, 'lp', ARGV[13])
-end
-if ARGV[9] ~= '' then
-  redis.call('HINCRBY', h, 'pages', 1)
-  redis.call('HSET', h, 'next', ARGV[8], 'lt', ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[9], ARGV[10])
-  redis.call('ZADD', KEYS[4], ARGV[11], ARGV[9])
-else
-  redis.call('HINCRBY', h, 'infl', -1)
-  if redis.call('EXISTS', '@CRAWL@') == 1 then
-    redis.call('HINCRBY', '@CRAWL@', 'used', -1)
-  end
-end
-if ARGV[5] == '1' then
-  return requeue(KEYS[1], KEYS[5], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '1')
-end
-return 0
-"""
-)
-
-# Close one ticket in one atomic step. KEYS: ready, domain hash, inflight, leases, pready.
-# ARGV[1..6] as _REQUEUE, then: ticket field, next fetch at, back-off level, Crawl-delay ms,
-# last response ms, new file size ('' = no retry appended; else the page is refunded),
-# '1' when no page was fetched (the run's page budget gets it back), the size's field
-# ('size', or 'ls' when the URL went back to the lane; the caller's HSET before this call
-# stores the lane's other fields).
-_COMPLETE = (
-    _REQUEUE_FN
-    + """
-local h = KEYS[2]
-redis.call('HDEL', KEYS[3], ARGV[7])
-redis.call('ZREM', KEYS[4], ARGV[7])
-redis.call('HINCRBY', h, 'infl', -1)
-redis.call('HSET', h, 'next', ARGV[8], 'bo', ARGV[9], 'cdel', ARGV[10], 'rtt', ARGV[11])
-if ARGV[12] ~= '' then
-  redis.call('HSET', h, ARGV[14], ARGV[12])
-  redis.call('HINCRBY', h, 'pages', -1)
-end
-if ARGV[13] == '1' and redis.call('EXISTS', '@CRAWL@') == 1 then
-  redis.call('HINCRBY', '@CRAWL@', 'used', -1)
-end
-return requeue(KEYS[1], KEYS[5], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '0')
-"""
-)
-
-
-# hold_until(): raise a domain's next fetch time (never lower it) and, if it waits in a ready
-# queue, move it there too (XX GT: only if queued, only later). KEYS: domain hash, ready,
-# pready. ARGV: domain, at (ms). Returns 1 when the time moved.
-_HOLD = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'next'))
-local at = tonumber(ARGV[2])
-if cur ~= nil and cur >= at then return 0 end
-redis.call('HSET', KEYS[1], 'next', at)
-redis.call('ZADD', KEYS[2], 'XX', 'GT', at, ARGV[1])
-redis.call('ZADD', KEYS[3], 'XX', 'GT', at, ARGV[1])
-return 1
-"""
-
-
-def _lua(source: str) -> str:
-    """The script with the control keys filled in (they are fixed names, not per partition)."""
-    return (
-        source.replace("@EXCLUDED@", EXCLUDED_KEY)
-        .replace("@OVERRIDE@", OVERRIDE_PREFIX)
-        .replace("@CRAWL@", CRAWL_BUDGET_KEY)
-        .replace("@FENCED@", FENCED)
-    )
-
 
 _MAX_BACKOFF_LEVEL = 40
 
@@ -351,24 +125,6 @@ def _seconds(value: float | None) -> float | None:
 
 def _int(value: Any, default: int = 0) -> int:
     return default if value is None else int(value)
-
-
-class _Script:
-    """A Lua script queued on a pipeline as EVAL.
-
-    redis-py's registered scripts make every pipeline ``execute`` send SCRIPT EXISTS first:
-    one more round trip per pipeline, on the path from a fetch result to the next request.
-    EVAL carries the body (Redis caches the compiled script by its SHA) and cannot fail
-    with NOSCRIPT after a Redis restart.
-    """
-
-    __slots__ = ("source",)
-
-    def __init__(self, source: str) -> None:
-        self.source = source.encode()  # bytes go out as they are; a str is encoded per call
-
-    def __call__(self, *, keys: Sequence[Any], args: Sequence[Any], client: Any) -> Any:
-        return client.eval(self.source, len(keys), *keys, *args)
 
 
 class _Keys:
@@ -508,11 +264,12 @@ class Scheduler:
         )
         self._next_revisit_ms: dict[int, int | None] = {}  # per partition; absent = look
         self.stats: Counter[str] = Counter()
-        self._claim = _Script(_lua(_CLAIM))
-        self._requeue = _Script(_lua(_REQUEUE))
-        self._dispatch_script = _Script(_lua(_DISPATCH))
-        self._complete_script = _Script(_lua(_COMPLETE))
-        self._hold = _Script(_HOLD)
+        lua = scripts()  # the scripts in lua/, read once per process (see _lua)
+        self._claim = lua.claim
+        self._requeue = lua.requeue
+        self._dispatch_script = lua.dispatch
+        self._complete_script = lua.complete
+        self._hold = lua.hold
         self._verified: dict[int, set[str]] = {}
         self._locks: dict[int, threading.RLock] = {}
         self._locks_guard = threading.Lock()
@@ -778,7 +535,7 @@ class Scheduler:
                     if expired:
                         self._reclaim_expired(partition, expired)
                     if flat:
-                        w = _CLAIM_WIDTH
+                        w = CLAIM_WIDTH
                         claimed[partition] = [
                             (_text(flat[j]), [v or None for v in flat[j + 1 : j + w]]) for j in range(0, len(flat), w)
                         ]
