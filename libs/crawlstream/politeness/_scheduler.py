@@ -1,25 +1,6 @@
 """The per-domain politeness scheduler: frontier files on disk, metadata in Redis.
 
-Redis layout per partition ``p`` (all O(domains), never O(URLs))::
-
-    cs:sched:{p}:d:{domain}  HASH  gen off size  (frontier file generation, read offset, valid size)
-                                   next          (next fetch at, ms)    infl (requests in flight)
-                                   rd            (set while one caller reads the file: the claim)
-                                   cdel rtt bo   (robots Crawl-delay ms, last response ms, back-off level)
-                                   pages         (pages dispatched, counted against the budget)
-                                   lt            (last dispatch at, ms: a delay override counts from it)
-                                   lg lo ls      (priority lane file: generation, read offset, size)
-                                   lp lz         (priority of the lane's next and of its last record)
-    cs:sched:{p}:ready       ZSET  domain -> next fetch at (ms); only domains that may be fetched
-    cs:sched:{p}:pready      ZSET  the same for domains whose priority lane has unread records:
-                                   claimed before ``ready``, highest ``lp`` first
-    cs:sched:{p}:domains     SET   every domain with a frontier file in p (for load_partition)
-    cs:sched:{p}:inflight    HASH  "domain\\nurl" -> frontier record of the ticket (for retries)
-    cs:sched:{p}:leases      ZSET  "domain\\nurl" -> lease deadline (ms); expired = a lost request
-    cs:sched:{p}:rv          HASH  b off  (revisit read cursor: bucket file, offset; ADR 022)
-    cs:sched:{p}:val         HASH  "domain\\nurl" -> validators of a revisit released to the
-                                   frontier and not completed yet (O(revisits in flight))
-    cs:sched:{p}:owner       STRING the token of the instance that loaded p last (fencing)
+The Redis layout (all O(domains), never O(URLs)) is in ``_keys``; a ticket's encoding in ``_tickets``.
 
 With ``revisit_after_s`` > 0 every page fetched (2xx, or 304 to a revisit) is put back in its
 domain's frontier that long after, carrying its ETag / Last-Modified / body hash for a
@@ -31,7 +12,7 @@ appending when the new records sort last and by a rewrite (generation + 1, the c
 crash-safe steps) when one must go before unread records. A domain reads its lane before its
 FIFO file, and while the lane has unread records it waits in ``pready``, which the claim
 empties first. Politeness does not change: one claim per domain, the same delays and slots. A
-ticket from the lane carries its priority after the record (``_ticket_record``), so a retry
+ticket from the lane carries its priority after the record (``_tickets``), so a retry
 or a parked URL goes back to the lane.
 
 Caller's contract (the scheduler service): one instance owns a partition at a time
@@ -67,7 +48,6 @@ import heapq
 import logging
 import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -89,13 +69,13 @@ from crawlstream.frontier import (
     FrontierEntry,
     FrontierFiles,
     decode_records,
-    encode_record,
     validate_domain,
 )
-from crawlstream.politeness._keys import EXCLUDED_KEY, OVERRIDE_PREFIX
+from crawlstream.politeness._keys import EXCLUDED_KEY, OVERRIDE_PREFIX, PartitionKeys, as_int, as_text
 from crawlstream.politeness._lua import CLAIM_WIDTH, FENCED, scripts
 from crawlstream.politeness._revisit import RevisitCursor, RevisitFiles, RevisitRecord, Validators
 from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
+from crawlstream.politeness._tickets import ticket_entry, ticket_field, ticket_record
 from crawlstream.robots import MAX_CRAWL_DELAY_S
 
 if TYPE_CHECKING:
@@ -111,10 +91,6 @@ Clock = Callable[[], float]
 _MAX_BACKOFF_LEVEL = 40
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
-
-
 def _seconds(value: float | None) -> float | None:
     """A delay from a fetch result, which may come from any producer: NaN is none, and
     anything else is held to 0..MAX_CRAWL_DELAY_S (an inf would overflow ``int``)."""
@@ -123,86 +99,8 @@ def _seconds(value: float | None) -> float | None:
     return min(max(value, 0.0), MAX_CRAWL_DELAY_S)
 
 
-def _int(value: Any, default: int = 0) -> int:
-    return default if value is None else int(value)
-
-
-class _Keys:
-    __slots__ = (
-        "domains",
-        "hash_prefix",
-        "inflight",
-        "leases",
-        "owner",
-        "pready",
-        "ready",
-        "revisit_cursor",
-        "validators",
-    )
-
-    def __init__(self, partition: int) -> None:
-        base = f"cs:sched:{int(partition)}:"
-        self.ready = base + "ready"
-        self.pready = base + "pready"
-        self.domains = base + "domains"
-        self.inflight = base + "inflight"
-        self.leases = base + "leases"
-        self.hash_prefix = base + "d:"
-        self.revisit_cursor = base + "rv"
-        self.validators = base + "val"
-        self.owner = base + "owner"
-
-    def domain(self, domain: str) -> str:
-        return self.hash_prefix + domain
-
-
-def _ticket_field(domain: str, url: str) -> bytes:
-    """A ticket's field in ``inflight`` and ``leases`` (any URL round-trips: surrogates kept)."""
-    return f"{domain}\n{url}".encode("utf-8", "surrogatepass")
-
-
-_TICKET_PRIORITY = struct.Struct("<i")
-
-
-def _ticket_record(entry: FrontierEntry) -> bytes:
-    """A ticket's value in ``inflight``: the frontier record, then the priority (4 bytes) of a
-    lane entry. The suffix is shorter than a record prefix, so a reader that does not know it
-    decodes the record and stops there."""
-    record = encode_record(entry)
-    return record + _TICKET_PRIORITY.pack(entry.priority) if entry.priority > 0 else record
-
-
-def _ticket_entry(raw: bytes, domain: str) -> FrontierEntry:
-    """The entry of a ticket value written by ``_ticket_record``."""
-    entry, end = decode_records(raw, domain, limit=1)[0][0]
-    if len(raw) - end == _TICKET_PRIORITY.size:
-        entry = replace(entry, priority=_TICKET_PRIORITY.unpack_from(raw, end)[0])
-    return entry
-
-
 def _lane_order(entry: FrontierEntry) -> int:
     return -entry.priority
-
-
-def open_tickets(client: redis.Redis, requests: Sequence[tuple[int, str, str]]) -> list[bool | None]:
-    """Whether each ``(partition, domain, url)`` request still has its ticket in flight.
-
-    None where the partition holds no scheduler state at all (a Redis that is not the
-    scheduler's, or one that lost its data): nothing can be concluded there. One round trip.
-    Raises ``redis.RedisError``.
-    """
-    pipe = client.pipeline(transaction=False)
-    partitions = sorted({p for p, _, _ in requests})
-    for partition in partitions:
-        pipe.exists(_Keys(partition).domains)
-    for partition, domain, url in requests:
-        pipe.hexists(_Keys(partition).inflight, _ticket_field(domain, url))
-    replies = pipe.execute()
-    known = {p for p, n in zip(partitions, replies, strict=False) if n}
-    return [
-        bool(hit) if partition in known else None
-        for (partition, _, _), hit in zip(requests, replies[len(partitions) :], strict=True)
-    ]
 
 
 class Scheduler:
@@ -314,7 +212,7 @@ class Scheduler:
         """Take ownership: clear claims left by a crashed owner, recount in-flight slots from the
         recorded tickets (their results may still arrive; expired ones are reclaimed by ``due``)
         and rebuild the ready queue. Returns the number of domains in the partition."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         now = self.now_ms()
         token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         with self._lock(partition):
@@ -326,11 +224,11 @@ class Scheduler:
                 self.fenced.discard(partition)
                 in_flight: Counter[str] = Counter()
                 for field in self.redis.hkeys(keys.inflight):
-                    in_flight[_text(field).split("\n", 1)[0]] += 1
+                    in_flight[as_text(field).split("\n", 1)[0]] += 1
                 count = 0
                 batch: list[str] = []
                 for raw in self.redis.sscan_iter(keys.domains, count=1000):
-                    batch.append(_text(raw))
+                    batch.append(as_text(raw))
                     if len(batch) >= 1000:
                         self._reset_domains(keys, batch, in_flight, now)
                         count += len(batch)
@@ -347,7 +245,7 @@ class Scheduler:
         )
         return count
 
-    def _reset_domains(self, keys: _Keys, domains: list[str], in_flight: Counter[str], now: int) -> None:
+    def _reset_domains(self, keys: PartitionKeys, domains: list[str], in_flight: Counter[str], now: int) -> None:
         if not domains:
             return
         pipe = self.redis.pipeline(transaction=False)
@@ -381,7 +279,7 @@ class Scheduler:
     def hold_until(self, partition: int, next_fetch_ms: Mapping[str, int]) -> int:
         """Send no request to each domain before its time (ms): its ``next`` only ever grows, and a
         queued domain moves back to it. Idempotent; returns how many domains were held later."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         pipe = self.redis.pipeline(transaction=False)
         for domain, at_ms in next_fetch_ms.items():
             self._hold(keys=[keys.domain(domain), keys.ready, keys.pready], args=[domain, int(at_ms)], client=pipe)
@@ -394,7 +292,7 @@ class Scheduler:
         """Make Redis agree with the files of ``domains`` after a writer died between appending
         (``enqueue``) and recording the append: re-check each file, register the domain and queue
         it. Returns how many domains have unread records (in their file or priority lane)."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         now = self.now_ms()
         ready = 0
         with self._lock(partition):
@@ -424,7 +322,7 @@ class Scheduler:
         ``unconditional`` (``crawlstream refetch``): forget validators of a revisit of these URLs
         still waiting, so the fetch asks for the full page whatever the copy we hold."""
         now = self.now_ms()
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         by_domain: dict[str, list[FrontierEntry]] = {}
         for entry in entries:
             if entry.depth > self.max_depth:
@@ -455,7 +353,7 @@ class Scheduler:
                 pipe = self.redis.pipeline(transaction=False)
                 parked: list[tuple[int, int]] = []  # (index of the domain's requeue reply, URLs stored)
                 for (domain, group), row in zip(by_domain.items(), rows, strict=True):
-                    if _int(row[3]) >= _int(row[10], self.max_pages) and _int(row[4]) <= 0:
+                    if as_int(row[3]) >= as_int(row[10], self.max_pages) and as_int(row[4]) <= 0:
                         self.stats["skipped_budget"] += len(group)
                         continue
                     fifo = [e for e in group if e.priority <= 0]
@@ -468,7 +366,7 @@ class Scheduler:
                         pipe.hsetnx(h, "gen", new.generation)
                         pipe.hsetnx(h, "off", new.offset)
                     if lane:
-                        bounds = (_int(row[8]), _int(row[9]))
+                        bounds = (as_int(row[8]), as_int(row[9]))
                         lane_state, lp, lz = self._reconciled_lane(partition, domain, row[5:8], keys, bounds)
                         new, lp, lz = self._lane_insert(partition, keys, domain, lane_state, lp, lz, lane)
                         pipe.hset(
@@ -480,7 +378,7 @@ class Scheduler:
                     self._requeue(keys=[keys.ready, h, keys.pready], args=self._requeue_args(domain, now), client=pipe)
                     accepted += len(group)
                 if unconditional and self.revisits is not None:
-                    pipe.hdel(keys.validators, *(_ticket_field(e.domain, e.url) for e in entries))
+                    pipe.hdel(keys.validators, *(ticket_field(e.domain, e.url) for e in entries))
                 # a requeue answering -2 (excluded): the URLs wait parked in the files
                 answers = pipe.execute()
                 self.stats["parked_excluded"] += sum(n for i, n in parked if int(answers[i]) == -2)
@@ -510,7 +408,7 @@ class Scheduler:
                     self._release_revisits(ordered, now)
                 pipe = self.redis.pipeline(transaction=False)
                 for partition in ordered:
-                    keys = _Keys(partition)
+                    keys = PartitionKeys(partition)
                     pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
                     self._claim(
                         keys=[keys.ready, keys.pready, keys.owner],
@@ -529,7 +427,7 @@ class Scheduler:
                 claimed: dict[int, list[tuple[str, list[Any]]]] = {}
                 for i, partition in enumerate(ordered):
                     expired, flat = replies[2 * i], replies[2 * i + 1]
-                    if len(flat) == 1 and _text(flat[0]) == FENCED:
+                    if len(flat) == 1 and as_text(flat[0]) == FENCED:
                         self._fence(partition)
                         continue
                     if expired:
@@ -537,7 +435,7 @@ class Scheduler:
                     if flat:
                         w = CLAIM_WIDTH
                         claimed[partition] = [
-                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + w]]) for j in range(0, len(flat), w)
+                            (as_text(flat[j]), [v or None for v in flat[j + 1 : j + w]]) for j in range(0, len(flat), w)
                         ]
                 if not claimed:
                     return []
@@ -557,14 +455,14 @@ class Scheduler:
             return
         read = self.redis.pipeline(transaction=False)
         for partition in due:
-            read.hmget(_Keys(partition).revisit_cursor, "b", "off")
+            read.hmget(PartitionKeys(partition).revisit_cursor, "b", "off")
         for partition, (bucket, offset) in zip(due, read.execute(), strict=True):
-            keys = _Keys(partition)
-            cursor = RevisitCursor(_int(bucket), _int(offset))
+            keys = PartitionKeys(partition)
+            cursor = RevisitCursor(as_int(bucket), as_int(offset))
             records, after, next_due = self.revisits.read_due(partition, cursor, now, limit)
             self._next_revisit_ms[partition] = next_due
             if records:
-                fields = {_ticket_field(r.domain, r.url): r.validators.encode() for r in records}
+                fields = {ticket_field(r.domain, r.url): r.validators.encode() for r in records}
                 self.redis.hset(keys.validators, mapping=fields)  # type: ignore[arg-type]  # 1.
                 entries = [FrontierEntry(r.domain, r.url, r.url_key, r.depth, now, 0) for r in records]
                 self.enqueue(partition, entries)  # 2.
@@ -591,11 +489,11 @@ class Scheduler:
         pipe = self.redis.pipeline(transaction=False)
         to_compact: list[tuple[int, str, FileState, bool]] = []
         for partition, rows in claimed.items():
-            keys = _Keys(partition)
+            keys = PartitionKeys(partition)
             for domain, row in rows:  # row: gen, off, size, next, delay override, lg, lo, ls (from the claim)
                 lane = False
                 head = ""  # the lane's next priority after this dispatch ('' = not read from the lane)
-                if _int(row[6], HEADER_SIZE) < _int(row[7], HEADER_SIZE):
+                if as_int(row[6], HEADER_SIZE) < as_int(row[7], HEADER_SIZE):
                     state, _, _ = self._reconciled_lane(partition, domain, row[5:8], keys, None)
                     lane = state.unread_bytes > 0
                 if not lane:
@@ -611,10 +509,10 @@ class Scheduler:
                 record: bytes | str = ""
                 deadline = now + self.lease_ms
                 if entry is not None:
-                    field = _ticket_field(domain, entry.url)
-                    record = _ticket_record(entry)
+                    field = ticket_field(domain, entry.url)
+                    record = ticket_record(entry)
                     tickets.append(FetchTicket(partition, entry, now, deadline))
-                next_at = max(_int(row[3]), now + _int(row[4], self.min_delay_ms))
+                next_at = max(as_int(row[3]), now + as_int(row[4], self.min_delay_ms))
                 args = [
                     *self._requeue_args(domain, now, release=not compact),
                     offset,
@@ -632,7 +530,7 @@ class Scheduler:
                 )
         if self.revisits is not None and tickets:  # a revisit's validators ride along (same round trip)
             for ticket in tickets:
-                pipe.hget(_Keys(ticket.partition).validators, _ticket_field(ticket.domain, ticket.url))
+                pipe.hget(PartitionKeys(ticket.partition).validators, ticket_field(ticket.domain, ticket.url))
             found = pipe.execute()[-len(tickets) :]
             tickets = [replace(t, validators=Validators.decode(v)) for t, v in zip(tickets, found, strict=True)]
         else:
@@ -640,7 +538,7 @@ class Scheduler:
         if to_compact:
             release = self.redis.pipeline(transaction=False)
             for partition, domain, state, lane in to_compact:
-                keys = _Keys(partition)
+                keys = PartitionKeys(partition)
                 new = self.files.compact(partition, domain, state, lane=lane)  # 3.
                 names = ("lg", "lo", "ls") if lane else ("gen", "off", "size")
                 values = (new.generation, new.offset, new.size)
@@ -687,7 +585,7 @@ class Scheduler:
     def _lane_insert(
         self,
         partition: int,
-        keys: _Keys,
+        keys: PartitionKeys,
         domain: str,
         state: FileState,
         lp: int,
@@ -747,10 +645,10 @@ class Scheduler:
                 held.enter_context(self._lock(partition))
             try:
                 read = self.redis.pipeline(transaction=False)
-                plan: list[tuple[int, _Keys, list[bytes], list[str]]] = []
+                plan: list[tuple[int, PartitionKeys, list[bytes], list[str]]] = []
                 for partition in ordered:
-                    keys = _Keys(partition)
-                    fields = [_ticket_field(d, u) for d, u, _ in results[partition]]
+                    keys = PartitionKeys(partition)
+                    fields = [ticket_field(d, u) for d, u, _ in results[partition]]
                     read.get(keys.owner)
                     read.hmget(keys.inflight, *fields)
                     if self.revisits is not None:
@@ -804,7 +702,7 @@ class Scheduler:
     def _complete_one(
         self,
         partition: int,
-        keys: _Keys,
+        keys: PartitionKeys,
         domain: str,
         field: bytes,
         raw: bytes,
@@ -813,9 +711,9 @@ class Scheduler:
         now: int,
         pipe: Any,
     ) -> FrontierEntry | None:
-        entry = _ticket_entry(raw, domain)
+        entry = ticket_entry(raw, domain)
         if outcome.excluded:  # nothing was fetched: the politeness state stays as it was
-            next_at, backoff_level, crawl_delay_ms = max(_int(row[3]), now), _int(row[5]), _int(row[4])
+            next_at, backoff_level, crawl_delay_ms = max(as_int(row[3]), now), as_int(row[5]), as_int(row[4])
         else:
             next_at, backoff_level, crawl_delay_ms, reason = self._next_fetch(now, row, outcome)
             if self.metrics is not None:
@@ -855,13 +753,13 @@ class Scheduler:
         return retry
 
     def _put_back(
-        self, partition: int, keys: _Keys, domain: str, row: list[Any], entry: FrontierEntry, pipe: Any
+        self, partition: int, keys: PartitionKeys, domain: str, row: list[Any], entry: FrontierEntry, pipe: Any
     ) -> tuple[int, str]:
         """Append a retried or parked ``entry`` to its domain's file, or to its lane when it has a
         priority (the lane's other fields go on ``pipe`` before the completion); ``row`` (see
         ``complete_all``) follows. Returns the new size and the field it belongs in."""
         if entry.priority > 0:
-            bounds = (_int(row[10]), _int(row[11]))
+            bounds = (as_int(row[10]), as_int(row[11]))
             state, lp, lz = self._reconciled_lane(partition, domain, row[7:10], keys, bounds)
             new, lp, lz = self._lane_insert(partition, keys, domain, state, lp, lz, [entry])
             row[7:12] = [new.generation, new.offset, new.size, lp, lz]
@@ -874,7 +772,7 @@ class Scheduler:
 
     def _plan_revisit(
         self,
-        keys: _Keys,
+        keys: PartitionKeys,
         field: bytes,
         raw: bytes,
         domain: str,
@@ -917,16 +815,16 @@ class Scheduler:
         ``outcome``. Pure arithmetic. The reason is one of ``crawlstream.metrics.WAIT_REASONS``:
         the largest term; back-off and Retry-After only when they lengthen the wait."""
         crawl_delay_s = _seconds(outcome.crawl_delay_s)
-        crawl_delay_ms = int(crawl_delay_s * 1000) if crawl_delay_s is not None else _int(row[4])
+        crawl_delay_ms = int(crawl_delay_s * 1000) if crawl_delay_s is not None else as_int(row[4])
         overridden = len(row) > 6 and row[6] is not None
-        min_delay_ms = _int(row[6], self.min_delay_ms) if len(row) > 6 else self.min_delay_ms  # operator override
+        min_delay_ms = as_int(row[6], self.min_delay_ms) if len(row) > 6 else self.min_delay_ms  # operator override
         delay_ms, reason = max(
             (min_delay_ms, "override" if overridden else "min_delay"),
             (crawl_delay_ms, "crawl_delay"),
             (int(self.response_time_factor * outcome.elapsed_ms), "response_time"),
             key=lambda term: term[0],
         )
-        level = _int(row[5])
+        level = as_int(row[5])
         if outcome.backs_off:
             level = min(level + 1, _MAX_BACKOFF_LEVEL)
             backoff_ms = min(self.max_backoff_ms, max(delay_ms, 1000) * 2**level)
@@ -939,14 +837,14 @@ class Scheduler:
             retry_after_ms = min(self.max_backoff_ms, int(retry_after_s * 1000))
             if retry_after_ms > delay_ms:
                 delay_ms, reason = retry_after_ms, "retry_after"
-        if _int(row[3]) > now + delay_ms:  # a later next fetch time was set before (a migrated one)
-            return _int(row[3]), level, crawl_delay_ms, "held"
+        if as_int(row[3]) > now + delay_ms:  # a later next fetch time was set before (a migrated one)
+            return as_int(row[3]), level, crawl_delay_ms, "held"
         return now + delay_ms, level, crawl_delay_ms, reason
 
     def _reclaim_expired(self, partition: int, expired: Sequence[Any]) -> None:
         """Tickets whose lease ran out were lost on the way (a crash before produce): time them out."""
         for field in expired:
-            domain, url = _text(field).split("\n", 1)
+            domain, url = as_text(field).split("\n", 1)
             self.stats["leases_expired"] += 1
             logger.warning("scheduler: ticket for %s (%s) expired; treating it as a timeout", url, domain)
             self.complete(partition, domain, url, FetchOutcome(status=0, error="lease_expired"))
@@ -959,10 +857,10 @@ class Scheduler:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hmget(OVERRIDE_PREFIX + domain, "delay", "infl", "pages")
         pipe.sismember(EXCLUDED_KEY, domain)
-        pipe.hmget(_Keys(partition).domain(domain), "lo", "ls", "lp")
+        pipe.hmget(PartitionKeys(partition).domain(domain), "lo", "ls", "lp")
         (delay, infl, pages), excluded, (lane_offset, lane_size, lane_priority) = pipe.execute()
         row = self.redis.hmget(
-            _Keys(partition).domain(domain),
+            PartitionKeys(partition).domain(domain),
             "infl",
             "next",
             "cdel",
@@ -977,24 +875,24 @@ class Scheduler:
         return DomainState(
             domain=domain,
             partition=partition,
-            in_flight=_int(row[0]),
-            max_in_flight=_int(infl, self.max_in_flight),
-            next_fetch_at_ms=_int(row[1]),
+            in_flight=as_int(row[0]),
+            max_in_flight=as_int(infl, self.max_in_flight),
+            next_fetch_at_ms=as_int(row[1]),
             now_ms=self.now_ms(),
-            crawl_delay_ms=_int(row[2]),
-            last_response_ms=_int(row[3]),
-            backoff_level=_int(row[4]),
-            pages=_int(row[5]),
-            max_pages=_int(pages, self.max_pages),
-            generation=_int(row[6]),
-            offset=_int(row[7], HEADER_SIZE),
-            size=_int(row[8], HEADER_SIZE),
+            crawl_delay_ms=as_int(row[2]),
+            last_response_ms=as_int(row[3]),
+            backoff_level=as_int(row[4]),
+            pages=as_int(row[5]),
+            max_pages=as_int(pages, self.max_pages),
+            generation=as_int(row[6]),
+            offset=as_int(row[7], HEADER_SIZE),
+            size=as_int(row[8], HEADER_SIZE),
             reading=row[9] is not None,
             excluded=bool(excluded),
             delay_override_ms=None if delay is None else int(delay),
-            lane_offset=_int(lane_offset, HEADER_SIZE),
-            lane_size=_int(lane_size, HEADER_SIZE),
-            lane_priority=_int(lane_priority),
+            lane_offset=as_int(lane_offset, HEADER_SIZE),
+            lane_size=as_int(lane_size, HEADER_SIZE),
+            lane_priority=as_int(lane_priority),
         )
 
     def pending(self, partition: int) -> tuple[int, int]:
@@ -1005,7 +903,7 @@ class Scheduler:
         """``pending`` summed over ``partitions`` in one round trip (the run's drain check)."""
         pipe = self.redis.pipeline(transaction=False)
         for partition in partitions:
-            keys = _Keys(partition)
+            keys = PartitionKeys(partition)
             pipe.zcard(keys.ready)
             pipe.zcard(keys.pready)
             pipe.hlen(keys.inflight)
@@ -1014,7 +912,7 @@ class Scheduler:
 
     def next_due_ms(self, partition: int) -> int | None:
         """When the earliest ready domain becomes due (for the service's sleep), or None."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrange(keys.ready, 0, 0, withscores=True)
         pipe.zrange(keys.pready, 0, 0, withscores=True)
@@ -1033,10 +931,10 @@ class Scheduler:
     def _requeue_args(self, domain: str, now: int, release: bool = False) -> list[Any]:
         return [domain, now, self.max_in_flight, self.max_pages, "1" if release else "0", HEADER_SIZE]
 
-    def _reconciled(self, partition: int, domain: str, row: list[Any], keys: _Keys) -> FileState:
+    def _reconciled(self, partition: int, domain: str, row: list[Any], keys: PartitionKeys) -> FileState:
         """The file state from ``row`` (gen, off, size first); on first touch in this process,
         checked against the file (torn tail, unfinished compaction) and corrected in Redis."""
-        state = FileState(_int(row[0]), _int(row[1], HEADER_SIZE), _int(row[2], HEADER_SIZE))
+        state = FileState(as_int(row[0]), as_int(row[1], HEADER_SIZE), as_int(row[2], HEADER_SIZE))
         verified = self._verified.setdefault(partition, set())
         if domain in verified:
             return state
@@ -1061,13 +959,13 @@ class Scheduler:
         partition: int,
         domain: str,
         row: Sequence[Any],
-        keys: _Keys,
+        keys: PartitionKeys,
         bounds: tuple[int, int] | None,
     ) -> tuple[FileState, int, int]:
         """``_reconciled`` for the priority lane (``row``: lg, lo, ls), with the priorities of its
         next and last unread records (``bounds``: lp, lz as stored; None: not needed). When the
         file corrects Redis they are read again from the file."""
-        state = FileState(_int(row[0]), _int(row[1], HEADER_SIZE), _int(row[2], HEADER_SIZE))
+        state = FileState(as_int(row[0]), as_int(row[1], HEADER_SIZE), as_int(row[2], HEADER_SIZE))
         lp, lz = bounds if bounds is not None else (0, 0)
         verified = self._verified.setdefault(partition, set())
         key = domain + LANE_SUFFIX  # '~' is never in a domain
@@ -1095,7 +993,7 @@ class Scheduler:
         """True (and the partition fenced here) when ``owner``, the partition's owner token as
         just read, is another instance's: one loaded the partition after this one did."""
         token = self._tokens.get(partition)
-        if token is None or owner is None or _text(owner) == token:
+        if token is None or owner is None or as_text(owner) == token:
             return False
         self._fence(partition)
         return True
