@@ -42,10 +42,10 @@ class Dispatcher:
         the partition's expired leases; those go to ``reclaim(partition, fields)`` (before the
         dispatch), and a partition whose claim answers FENCED is fenced here."""
         pipe = self._ctx.redis.pipeline(transaction=False)
+        lim = self._ctx.limits
         for partition in partitions:
             keys = PartitionKeys(partition)
             pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
-            lim = self._ctx.limits
             args = [now, limit, lim.max_in_flight, lim.max_pages, keys.hash_prefix, HEADER_SIZE]
             token = self._ctx.ownership.token(partition)
             self._ctx.scripts.claim(keys=[keys.ready, keys.pready, keys.owner], args=[*args, token], client=pipe)
@@ -66,6 +66,7 @@ class Dispatcher:
         return claimed
 
     def dispatch(self, claimed: Claimed, now: int) -> list[FetchTicket]:
+        """A ticket for the next URL of each domain ``claim`` returned (none where it has none left)."""
         # Steps, do not reorder:
         # 1. read each claimed domain's next record (the claim makes us its only reader);
         # 2. atomically (one Lua call per domain): advance the offset, count the page, space
