@@ -14,7 +14,8 @@ setup(
     # package as crawlstream.schemas so an installed service finds it without the repo.
     package_dir={"": "libs", "crawlstream.services": "services", "crawlstream.schemas": "schemas"},
     package_data={
-        "crawlstream": ["py.typed"],
+        # the scheduler's Lua scripts, read with importlib.resources (crawlstream.politeness._lua)
+        "crawlstream": ["py.typed", "politeness/lua/*.lua"],
         "crawlstream.schemas": ["*.avsc", "*.json", "history/*.avsc", "test-vectors/*.json"],
     },
 )

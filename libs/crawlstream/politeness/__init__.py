@@ -1,8 +1,8 @@
 """Per-domain politeness: which URL may be fetched when, with state in Redis and frontier files.
 
-``Scheduler`` is the library the scheduler service drives; see its module docstring for the
-Redis layout and the caller's contract; ``ReplayFence`` is the fetcher's check of a replayed
-request against the scheduler's tickets.
+``Scheduler`` is the library the scheduler service drives; see its module (``_scheduler``)
+docstring for the caller's contract and ``_keys`` for the Redis layout; ``ReplayFence`` is the
+fetcher's check of a replayed request against the scheduler's tickets.
 ``send_refetch`` sends URLs past dedupe to be fetched again (``crawlstream refetch``);
 ``Validators`` is what a page's last response said, kept for its revisit (ADR 022).
 ``RedisIpGate`` spaces requests per IP address across fetchers (``fetch.per_ip_delay_s``).

@@ -1,6 +1,6 @@
 """Operator controls at run time: excluded domains and per-domain overrides, kept in Redis.
 
-Every scheduler reads them inside its claim script (``_scheduler``), so a change counts from
+Every scheduler reads them inside its claim script (``lua/claim.lua``), so a change counts from
 the next claim of any scheduler sharing the Redis (its loop runs at least every poll
 timeout, 0.1 s); the fetcher re-reads the excluded set when ``cs:ctl:version`` moves (one
 GET per batch, ``ExcludedDomains``). ADR 016 says why they live there.
@@ -25,8 +25,9 @@ from crawlstream.politeness._keys import (
     OVERRIDDEN_KEY,
     OVERRIDE_PREFIX,
     VERSION_KEY,
+    PartitionKeys,
+    as_text,
 )
-from crawlstream.politeness._scheduler import _Keys
 
 __all__ = ["Controls", "DomainOverride", "ExcludedDomains"]
 
@@ -94,7 +95,7 @@ class Controls:
         return removed
 
     def excluded(self) -> list[str]:
-        return sorted(_text(d) for d in self.redis.smembers(EXCLUDED_KEY))
+        return sorted(as_text(d) for d in self.redis.smembers(EXCLUDED_KEY))
 
     def in_flight(self, domains: Sequence[str]) -> int:
         """Requests of ``domains`` released by a scheduler and not yet answered (over every partition)."""
@@ -102,7 +103,7 @@ class Controls:
         pipe = self.redis.pipeline(transaction=False)
         for p in partitions:
             for d in domains:
-                pipe.hget(_Keys(p).domain(d), "infl")
+                pipe.hget(PartitionKeys(p).domain(d), "infl")
         return sum(max(0, int(n)) for n in pipe.execute() if n is not None)
 
     def wait_idle(
@@ -163,7 +164,7 @@ class Controls:
         return existed
 
     def overridden(self) -> list[str]:
-        return sorted(_text(d) for d in self.redis.smembers(OVERRIDDEN_KEY))
+        return sorted(as_text(d) for d in self.redis.smembers(OVERRIDDEN_KEY))
 
     # -- the run's page budget ----------------------------------------------------------------
 
@@ -196,7 +197,7 @@ class Controls:
         now_ms = int(self._clock() * 1000)
         pipe = self.redis.pipeline(transaction=False)
         for p in self._partitions():
-            keys = _Keys(p)
+            keys = PartitionKeys(p)
             for d in domains:
                 self._poke(keys=[keys.domains, keys.ready, keys.domain(d), keys.pready], args=[d, now_ms], client=pipe)
         return sum(int(n) for n in pipe.execute())
@@ -206,14 +207,14 @@ class Controls:
         partitions = self._partitions()
         pipe = self.redis.pipeline(transaction=False)
         for p in partitions:
-            pipe.sismember(_Keys(p).domains, domain)
+            pipe.sismember(PartitionKeys(p).domains, domain)
         return [p for p, hit in zip(partitions, pipe.execute(), strict=True) if hit]
 
     def _partitions(self) -> list[int]:
         """Scheduler partitions that hold any state (their ``domains`` set exists)."""
         found = set()
         for key in self.redis.scan_iter(match="cs:sched:*:domains", count=1000):
-            middle = _text(key)[len("cs:sched:") : -len(":domains")]
+            middle = as_text(key)[len("cs:sched:") : -len(":domains")]
             if middle.isdigit():
                 found.add(int(middle))
         return sorted(found)
@@ -238,12 +239,8 @@ class ExcludedDomains:
             client = self._client()
             version = client.get(VERSION_KEY)
             if not self._read or version != self._version:
-                self._domains = frozenset(_text(d) for d in client.smembers(EXCLUDED_KEY))
+                self._domains = frozenset(as_text(d) for d in client.smembers(EXCLUDED_KEY))
                 self._version, self._read = version, True
         except (redis.RedisError, OSError):
             self.failed_reads += 1
         return self._domains
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)

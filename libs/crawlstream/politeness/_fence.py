@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import redis
 
 from crawlstream.bus import TopicPartition
-from crawlstream.politeness._scheduler import open_tickets
+from crawlstream.politeness._tickets import open_tickets
 
 logger = logging.getLogger(__name__)
 

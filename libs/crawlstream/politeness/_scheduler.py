@@ -1,38 +1,15 @@
 """The per-domain politeness scheduler: frontier files on disk, metadata in Redis.
 
-Redis layout per partition ``p`` (all O(domains), never O(URLs))::
-
-    cs:sched:{p}:d:{domain}  HASH  gen off size  (frontier file generation, read offset, valid size)
-                                   next          (next fetch at, ms)    infl (requests in flight)
-                                   rd            (set while one caller reads the file: the claim)
-                                   cdel rtt bo   (robots Crawl-delay ms, last response ms, back-off level)
-                                   pages         (pages dispatched, counted against the budget)
-                                   lt            (last dispatch at, ms: a delay override counts from it)
-                                   lg lo ls      (priority lane file: generation, read offset, size)
-                                   lp lz         (priority of the lane's next and of its last record)
-    cs:sched:{p}:ready       ZSET  domain -> next fetch at (ms); only domains that may be fetched
-    cs:sched:{p}:pready      ZSET  the same for domains whose priority lane has unread records:
-                                   claimed before ``ready``, highest ``lp`` first
-    cs:sched:{p}:domains     SET   every domain with a frontier file in p (for load_partition)
-    cs:sched:{p}:inflight    HASH  "domain\\nurl" -> frontier record of the ticket (for retries)
-    cs:sched:{p}:leases      ZSET  "domain\\nurl" -> lease deadline (ms); expired = a lost request
-    cs:sched:{p}:rv          HASH  b off  (revisit read cursor: bucket file, offset; ADR 022)
-    cs:sched:{p}:val         HASH  "domain\\nurl" -> validators of a revisit released to the
-                                   frontier and not completed yet (O(revisits in flight))
-    cs:sched:{p}:owner       STRING the token of the instance that loaded p last (fencing)
+The Redis layout (all O(domains), never O(URLs)) is in ``_keys``.
 
 With ``revisit_after_s`` > 0 every page fetched (2xx, or 304 to a revisit) is put back in its
 domain's frontier that long after, carrying its ETag / Last-Modified / body hash for a
-conditional request; the schedule itself is on disk (``RevisitFiles``, ``<data_dir>/revisit``).
+conditional request; the schedule itself is on disk (``RevisitFiles``, ``<data_dir>/revisit``;
+planned and released by ``_revisit_plan``).
 
 Priority (issue 14, ADR 016): an entry with ``priority`` > 0 goes to its domain's priority lane
-(``FrontierFiles`` with ``lane=True``), kept in read order (highest priority, then arrival) by
-appending when the new records sort last and by a rewrite (generation + 1, the compaction's
-crash-safe steps) when one must go before unread records. A domain reads its lane before its
-FIFO file, and while the lane has unread records it waits in ``pready``, which the claim
-empties first. Politeness does not change: one claim per domain, the same delays and slots. A
-ticket from the lane carries its priority after the record (``_ticket_record``), so a retry
-or a parked URL goes back to the lane.
+(``_lanes``), read before its FIFO file; politeness does not change (one claim per domain,
+the same delays and slots).
 
 Caller's contract (the scheduler service): one instance owns a partition at a time
 (``load_partition`` on assign; ``flush_partition`` then ``drop_partition`` on revoke;
@@ -59,43 +36,43 @@ Delivery is at-least-once: a ticket is recorded (with a lease) before ``due`` re
 a crash before its request is produced re-dispatches the URL once the lease expires; a
 ``urls.frontier`` batch replayed after a crash before its offsets were committed is appended
 again (the URL may be fetched twice; the stores downstream are idempotent by url_key).
+
+``Scheduler`` is the public surface; each job is a part of its own, built around one shared
+``_context`` (the settings as ``Limits``, the Redis client, the files, ``stats``):
+``_ownership`` (owner tokens, fencing), ``_enqueue`` (appends), ``_dispatch`` (claims and
+tickets), ``_completion`` (next fetch time, back-off, retries, parked URLs), ``_lanes``
+(priority lanes), ``_revisit_plan`` (revisits), ``_file_states`` (Redis checked against the
+files), ``_tickets`` (ticket encoding), ``_keys`` (the Redis layout), ``_lua`` (loads the
+scripts in ``lua/``), ``_locks`` (per-partition locks), ``_inspect`` (``domain_state``).
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
-import os
-import socket
-import struct
-import sys
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from crawlstream.errors import ChecksumMismatch, InvalidDomain, RedisUnavailable
-from crawlstream.frontier import (
-    HEADER_SIZE,
-    LANE_SUFFIX,
-    FileState,
-    FrontierEntry,
-    FrontierFiles,
-    decode_records,
-    encode_record,
-    validate_domain,
-)
-from crawlstream.politeness._keys import CRAWL_BUDGET_KEY, EXCLUDED_KEY, OVERRIDE_PREFIX
-from crawlstream.politeness._revisit import RevisitCursor, RevisitFiles, RevisitRecord, Validators
+from crawlstream.errors import RedisUnavailable
+from crawlstream.frontier import FrontierEntry, FrontierFiles
+from crawlstream.politeness._completion import Completer
+from crawlstream.politeness._context import Limits, SchedulerContext
+from crawlstream.politeness._dispatch import Dispatcher
+from crawlstream.politeness._enqueue import Appender
+from crawlstream.politeness._file_states import FileStates
+from crawlstream.politeness._inspect import read_domain_state
+from crawlstream.politeness._keys import PartitionKeys, as_text
+from crawlstream.politeness._lanes import PriorityLanes
+from crawlstream.politeness._locks import PartitionLocks
+from crawlstream.politeness._lua import scripts
+from crawlstream.politeness._ownership import Ownership
+from crawlstream.politeness._revisit import RevisitFiles
+from crawlstream.politeness._revisit_plan import RevisitPlanner
 from crawlstream.politeness._state import DomainState, FetchOutcome, FetchTicket
-from crawlstream.robots import MAX_CRAWL_DELAY_S
 
 if TYPE_CHECKING:
     from crawlstream.metrics import PolitenessMetrics
@@ -106,347 +83,6 @@ __all__ = ["Scheduler"]
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-
-FENCED = "!fenced"  # the claim's answer to a fenced caller ('!' is never in a domain)
-
-# Claim up to ARGV[2] due domains: each leaves its ready queue; those that may send another
-# request get rd=1 (the claim) and infl+1 and are returned with their file state, next fetch
-# time, delay override and lane state, flat: domain, gen, off, size, next, delay, lg, lo, ls,
-# domain, ... Atomic, so two callers never claim the same domain. Domains whose next URL is in
-# their priority lane (the ``pready`` queue) are taken first, highest lane priority first, then
-# the earliest due; then the others (``ready``) by due time. Operator controls are read here,
-# in the server, so every scheduler honours a change at its next claim (ADR 016): an excluded
-# domain only leaves the queue; an override replaces max in flight and the page budget, and a
-# delay override holds the domain until that long after its last dispatch (``lt``). When the
-# run has a page budget (cs:ctl:crawl) at most limit - used domains are claimed.
-# KEYS: ready, pready, owner. ARGV[7]: the caller's owner token ('' = not checked): another
-# token there answers the single value FENCED and claims nothing (no token at all, after a
-# Redis that lost its data, fences nobody).
-_CLAIM = """
-local owner = redis.call('GET', KEYS[3])
-if ARGV[7] ~= '' and owner and owner ~= ARGV[7] then
-  return {'@FENCED@'}
-end
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local max_in_flight = tonumber(ARGV[3])
-local budget = tonumber(ARGV[4])
-local hdr = tonumber(ARGV[6])
-local left = nil
-local crawl = redis.call('HMGET', '@CRAWL@', 'limit', 'used')
-if crawl[1] then
-  left = tonumber(crawl[1]) - (tonumber(crawl[2]) or 0)
-  if left <= 0 then return {} end
-end
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-local hot = #due
-if hot > 1 then
-  local lp, pos = {}, {}
-  for i, d in ipairs(due) do
-    lp[d] = tonumber(redis.call('HGET', ARGV[5] .. d, 'lp')) or 0
-    pos[d] = i
-  end
-  table.sort(due, function(a, b)
-    if lp[a] ~= lp[b] then return lp[a] > lp[b] end
-    return pos[a] < pos[b]
-  end)
-end
-if hot < limit then
-  for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit - hot)) do
-    due[#due + 1] = d
-  end
-end
-local out = {}
-local claimed = 0
-for i, d in ipairs(due) do
-  if left ~= nil and claimed >= left then break end
-  local queue = KEYS[1]
-  if i <= hot then queue = KEYS[2] end
-  redis.call('ZREM', queue, d)
-  if redis.call('SISMEMBER', '@EXCLUDED@', d) == 0 then
-    local o = redis.call('HMGET', '@OVERRIDE@' .. d, 'delay', 'infl', 'pages')
-    local h = ARGV[5] .. d
-    local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'rd', 'gen', 'next', 'lt', 'lg', 'lo', 'ls')
-    local infl = tonumber(v[1]) or 0
-    if (not v[5]) and infl < (tonumber(o[2]) or max_in_flight)
-        and ((tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr) or (tonumber(v[10]) or hdr) < (tonumber(v[11]) or hdr))
-        and (tonumber(v[4]) or 0) < (tonumber(o[3]) or budget) then
-      local hold = nil
-      if o[1] and v[8] then hold = tonumber(v[8]) + tonumber(o[1]) end
-      if hold ~= nil and now < hold then
-        redis.call('ZADD', queue, hold, d)
-      else
-        redis.call('HSET', h, 'rd', '1', 'infl', infl + 1)
-        claimed = claimed + 1
-        out[#out + 1] = d
-        out[#out + 1] = v[6] or ''
-        out[#out + 1] = v[2] or ''
-        out[#out + 1] = v[3] or ''
-        out[#out + 1] = v[7] or ''
-        out[#out + 1] = o[1] or ''
-        out[#out + 1] = v[9] or ''
-        out[#out + 1] = v[10] or ''
-        out[#out + 1] = v[11] or ''
-      end
-    end
-  end
-end
-if left ~= nil and claimed > 0 then
-  redis.call('HINCRBY', '@CRAWL@', 'used', claimed)
-end
-return out
-"""
-_CLAIM_WIDTH = 9  # values per claimed domain in the claim's answer
-
-# requeue(): put a domain in a ready queue at its next fetch time iff it may send a request
-# now or later (not excluded, slot free, unread records, budget left) and nobody holds its
-# claim; else take it out (-2: excluded, its records stay parked in the files). The queue is
-# ``pready`` while its priority lane has unread records (they go first), else ``ready``; the
-# domain leaves the other. ``release`` drops the caller's own claim first.
-_REQUEUE_FN = """
-local function requeue(ready, pready, h, domain, now, max_in_flight, budget, hdr, release)
-  if release == '1' then
-    redis.call('HDEL', h, 'rd')
-  elseif redis.call('HEXISTS', h, 'rd') == 1 then
-    return -1
-  end
-  if redis.call('SISMEMBER', '@EXCLUDED@', domain) == 1 then
-    redis.call('ZREM', ready, domain)
-    redis.call('ZREM', pready, domain)
-    return -2
-  end
-  local o = redis.call('HMGET', '@OVERRIDE@' .. domain, 'delay', 'infl', 'pages')
-  local v = redis.call('HMGET', h, 'infl', 'off', 'size', 'pages', 'next', 'lt', 'lo', 'ls')
-  local infl = tonumber(v[1]) or 0
-  if infl < 0 then
-    redis.call('HSET', h, 'infl', 0)
-    infl = 0
-  end
-  local lane = (tonumber(v[7]) or hdr) < (tonumber(v[8]) or hdr)
-  if infl < (tonumber(o[2]) or tonumber(max_in_flight))
-      and (lane or (tonumber(v[2]) or hdr) < (tonumber(v[3]) or hdr))
-      and (tonumber(v[4]) or 0) < (tonumber(o[3]) or tonumber(budget)) then
-    local at = tonumber(v[5]) or tonumber(now)
-    if o[1] and v[6] and tonumber(v[6]) + tonumber(o[1]) > at then
-      at = tonumber(v[6]) + tonumber(o[1])
-    end
-    if lane then
-      redis.call('ZADD', pready, at, domain)
-      redis.call('ZREM', ready, domain)
-    else
-      redis.call('ZADD', ready, at, domain)
-      redis.call('ZREM', pready, domain)
-    end
-    return 1
-  end
-  redis.call('ZREM', ready, domain)
-  redis.call('ZREM', pready, domain)
-  return 0
-end
-"""
-
-# KEYS: ready, domain hash, pready. ARGV: domain, now, max_in_flight, budget, release, header size.
-_REQUEUE = (
-    _REQUEUE_FN
-    + """
-return requeue(KEYS[1], KEYS[3], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[5])
-"""
-)
-
-# Record one dispatch (or an empty read) in one atomic step. KEYS: ready, domain hash,
-# inflight, leases, pready. ARGV[1..6] as _REQUEUE, then: new offset, next fetch at, ticket
-# field, ticket record ('' = no ticket: give the slot, and the run's page, back), lease
-# deadline, the offset's field ('off', or 'lo' for the lane), the lane's next priority ('' =
-# unchanged).
-_DISPATCH = (
-    _REQUEUE_FN
-    + """
-local h = KEYS[2]
-redis.call('HSET', h, ARGV[12], ARGV[7])
-if ARGV[13] ~= '' then
-  redis.call('HSET', h, 'lp', ARGV[13])
-end
-if ARGV[9] ~= '' then
-  redis.call('HINCRBY', h, 'pages', 1)
-  redis.call('HSET', h, 'next', ARGV[8], 'lt', ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[9], ARGV[10])
-  redis.call('ZADD', KEYS[4], ARGV[11], ARGV[9])
-else
-  redis.call('HINCRBY', h, 'infl', -1)
-  if redis.call('EXISTS', '@CRAWL@') == 1 then
-    redis.call('HINCRBY', '@CRAWL@', 'used', -1)
-  end
-end
-if ARGV[5] == '1' then
-  return requeue(KEYS[1], KEYS[5], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '1')
-end
-return 0
-"""
-)
-
-# Close one ticket in one atomic step. KEYS: ready, domain hash, inflight, leases, pready.
-# ARGV[1..6] as _REQUEUE, then: ticket field, next fetch at, back-off level, Crawl-delay ms,
-# last response ms, new file size ('' = no retry appended; else the page is refunded),
-# '1' when no page was fetched (the run's page budget gets it back), the size's field
-# ('size', or 'ls' when the URL went back to the lane; the caller's HSET before this call
-# stores the lane's other fields).
-_COMPLETE = (
-    _REQUEUE_FN
-    + """
-local h = KEYS[2]
-redis.call('HDEL', KEYS[3], ARGV[7])
-redis.call('ZREM', KEYS[4], ARGV[7])
-redis.call('HINCRBY', h, 'infl', -1)
-redis.call('HSET', h, 'next', ARGV[8], 'bo', ARGV[9], 'cdel', ARGV[10], 'rtt', ARGV[11])
-if ARGV[12] ~= '' then
-  redis.call('HSET', h, ARGV[14], ARGV[12])
-  redis.call('HINCRBY', h, 'pages', -1)
-end
-if ARGV[13] == '1' and redis.call('EXISTS', '@CRAWL@') == 1 then
-  redis.call('HINCRBY', '@CRAWL@', 'used', -1)
-end
-return requeue(KEYS[1], KEYS[5], h, ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[6]), '0')
-"""
-)
-
-
-# hold_until(): raise a domain's next fetch time (never lower it) and, if it waits in a ready
-# queue, move it there too (XX GT: only if queued, only later). KEYS: domain hash, ready,
-# pready. ARGV: domain, at (ms). Returns 1 when the time moved.
-_HOLD = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'next'))
-local at = tonumber(ARGV[2])
-if cur ~= nil and cur >= at then return 0 end
-redis.call('HSET', KEYS[1], 'next', at)
-redis.call('ZADD', KEYS[2], 'XX', 'GT', at, ARGV[1])
-redis.call('ZADD', KEYS[3], 'XX', 'GT', at, ARGV[1])
-return 1
-"""
-
-
-def _lua(source: str) -> str:
-    """The script with the control keys filled in (they are fixed names, not per partition)."""
-    return (
-        source.replace("@EXCLUDED@", EXCLUDED_KEY)
-        .replace("@OVERRIDE@", OVERRIDE_PREFIX)
-        .replace("@CRAWL@", CRAWL_BUDGET_KEY)
-        .replace("@FENCED@", FENCED)
-    )
-
-
-_MAX_BACKOFF_LEVEL = 40
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
-
-
-def _seconds(value: float | None) -> float | None:
-    """A delay from a fetch result, which may come from any producer: NaN is none, and
-    anything else is held to 0..MAX_CRAWL_DELAY_S (an inf would overflow ``int``)."""
-    if value is None or value != value:
-        return None
-    return min(max(value, 0.0), MAX_CRAWL_DELAY_S)
-
-
-def _int(value: Any, default: int = 0) -> int:
-    return default if value is None else int(value)
-
-
-class _Script:
-    """A Lua script queued on a pipeline as EVAL.
-
-    redis-py's registered scripts make every pipeline ``execute`` send SCRIPT EXISTS first:
-    one more round trip per pipeline, on the path from a fetch result to the next request.
-    EVAL carries the body (Redis caches the compiled script by its SHA) and cannot fail
-    with NOSCRIPT after a Redis restart.
-    """
-
-    __slots__ = ("source",)
-
-    def __init__(self, source: str) -> None:
-        self.source = source.encode()  # bytes go out as they are; a str is encoded per call
-
-    def __call__(self, *, keys: Sequence[Any], args: Sequence[Any], client: Any) -> Any:
-        return client.eval(self.source, len(keys), *keys, *args)
-
-
-class _Keys:
-    __slots__ = (
-        "domains",
-        "hash_prefix",
-        "inflight",
-        "leases",
-        "owner",
-        "pready",
-        "ready",
-        "revisit_cursor",
-        "validators",
-    )
-
-    def __init__(self, partition: int) -> None:
-        base = f"cs:sched:{int(partition)}:"
-        self.ready = base + "ready"
-        self.pready = base + "pready"
-        self.domains = base + "domains"
-        self.inflight = base + "inflight"
-        self.leases = base + "leases"
-        self.hash_prefix = base + "d:"
-        self.revisit_cursor = base + "rv"
-        self.validators = base + "val"
-        self.owner = base + "owner"
-
-    def domain(self, domain: str) -> str:
-        return self.hash_prefix + domain
-
-
-def _ticket_field(domain: str, url: str) -> bytes:
-    """A ticket's field in ``inflight`` and ``leases`` (any URL round-trips: surrogates kept)."""
-    return f"{domain}\n{url}".encode("utf-8", "surrogatepass")
-
-
-_TICKET_PRIORITY = struct.Struct("<i")
-
-
-def _ticket_record(entry: FrontierEntry) -> bytes:
-    """A ticket's value in ``inflight``: the frontier record, then the priority (4 bytes) of a
-    lane entry. The suffix is shorter than a record prefix, so a reader that does not know it
-    decodes the record and stops there."""
-    record = encode_record(entry)
-    return record + _TICKET_PRIORITY.pack(entry.priority) if entry.priority > 0 else record
-
-
-def _ticket_entry(raw: bytes, domain: str) -> FrontierEntry:
-    """The entry of a ticket value written by ``_ticket_record``."""
-    entry, end = decode_records(raw, domain, limit=1)[0][0]
-    if len(raw) - end == _TICKET_PRIORITY.size:
-        entry = replace(entry, priority=_TICKET_PRIORITY.unpack_from(raw, end)[0])
-    return entry
-
-
-def _lane_order(entry: FrontierEntry) -> int:
-    return -entry.priority
-
-
-def open_tickets(client: redis.Redis, requests: Sequence[tuple[int, str, str]]) -> list[bool | None]:
-    """Whether each ``(partition, domain, url)`` request still has its ticket in flight.
-
-    None where the partition holds no scheduler state at all (a Redis that is not the
-    scheduler's, or one that lost its data): nothing can be concluded there. One round trip.
-    Raises ``redis.RedisError``.
-    """
-    pipe = client.pipeline(transaction=False)
-    partitions = sorted({p for p, _, _ in requests})
-    for partition in partitions:
-        pipe.exists(_Keys(partition).domains)
-    for partition, domain, url in requests:
-        pipe.hexists(_Keys(partition).inflight, _ticket_field(domain, url))
-    replies = pipe.execute()
-    known = {p for p, n in zip(partitions, replies, strict=False) if n}
-    return [
-        bool(hit) if partition in known else None
-        for (partition, _, _), hit in zip(requests, replies[len(partitions) :], strict=True)
-    ]
 
 
 class Scheduler:
@@ -487,16 +123,19 @@ class Scheduler:
         self.metrics = metrics  # observes each wait it sets (crawlstream_politeness_wait_seconds)
         self.files = FrontierFiles(frontier_root)
         self.clock = clock
-        self.min_delay_ms = int(min_delay_s * 1000)
-        self.response_time_factor = response_time_factor
-        self.max_in_flight = max_in_flight_per_domain
-        self.max_backoff_ms = int(max_backoff_s * 1000)
-        self.max_retries = max_retries
-        self.max_pages = max_pages_per_domain
-        self.max_depth = max_depth
-        self.lease_ms = int(lease_s * 1000)
-        self.compact_min_bytes = compact_min_bytes
-        self.revisit_after_ms = int(revisit_after_s * 1000)
+        self.limits = Limits(
+            min_delay_ms=int(min_delay_s * 1000),
+            response_time_factor=response_time_factor,
+            max_in_flight=max_in_flight_per_domain,
+            max_backoff_ms=int(max_backoff_s * 1000),
+            max_retries=max_retries,
+            max_pages=max_pages_per_domain,
+            max_depth=max_depth,
+            lease_ms=int(lease_s * 1000),
+            compact_min_bytes=compact_min_bytes,
+            revisit_after_ms=int(revisit_after_s * 1000),
+        )
+        self._copy_limits()
         # One file per 1/100 of the age (at least a minute): about 100 files per partition.
         self.revisits = (
             RevisitFiles(
@@ -506,19 +145,46 @@ class Scheduler:
             if self.revisit_after_ms > 0
             else None
         )
-        self._next_revisit_ms: dict[int, int | None] = {}  # per partition; absent = look
         self.stats: Counter[str] = Counter()
-        self._claim = _Script(_lua(_CLAIM))
-        self._requeue = _Script(_lua(_REQUEUE))
-        self._dispatch_script = _Script(_lua(_DISPATCH))
-        self._complete_script = _Script(_lua(_COMPLETE))
-        self._hold = _Script(_HOLD)
-        self._verified: dict[int, set[str]] = {}
-        self._locks: dict[int, threading.RLock] = {}
-        self._locks_guard = threading.Lock()
-        self._warned: set[str] = set()
-        self._tokens: dict[int, str] = {}  # owner token per partition loaded here
-        self.fenced: set[int] = set()  # partitions another instance loaded since this one did
+        self._locks = PartitionLocks()
+        self._compose_parts()
+
+    def _copy_limits(self) -> None:
+        """The settings as attributes, as callers read them (``limits`` is what the parts read)."""
+        limits = self.limits
+        self.min_delay_ms = limits.min_delay_ms
+        self.response_time_factor = limits.response_time_factor
+        self.max_in_flight = limits.max_in_flight
+        self.max_backoff_ms = limits.max_backoff_ms
+        self.max_retries = limits.max_retries
+        self.max_pages = limits.max_pages
+        self.max_depth = limits.max_depth
+        self.lease_ms = limits.lease_ms
+        self.compact_min_bytes = limits.compact_min_bytes
+        self.revisit_after_ms = limits.revisit_after_ms
+
+    def _compose_parts(self) -> None:
+        """Build the parts around one shared context (the Redis client, the files, ``stats`` ...)."""
+        client, files, stats = self.redis, self.files, self.stats
+        states = FileStates(files, client)
+        planner = None
+        if self.revisits is not None:
+            planner = RevisitPlanner(self.revisits, client, stats, self.limits.revisit_after_ms)
+        self._ctx = SchedulerContext(
+            redis=client,
+            files=files,
+            limits=self.limits,
+            scripts=scripts(),
+            states=states,
+            lanes=PriorityLanes(files, client, states, stats),
+            ownership=Ownership(stats),
+            planner=planner,
+            stats=stats,
+            metrics=self.metrics,
+        )
+        self._appender = Appender(self._ctx)
+        self._dispatcher = Dispatcher(self._ctx)
+        self._completer = Completer(self._ctx)
 
     @classmethod
     def from_settings(
@@ -548,6 +214,11 @@ class Scheduler:
             metrics=metrics,
         )
 
+    @property
+    def fenced(self) -> set[int]:
+        """Partitions another instance loaded since this one did (see ``_ownership``)."""
+        return self._ctx.ownership.fenced
+
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
@@ -557,23 +228,20 @@ class Scheduler:
         """Take ownership: clear claims left by a crashed owner, recount in-flight slots from the
         recorded tickets (their results may still arrive; expired ones are reclaimed by ``due``)
         and rebuild the ready queue. Returns the number of domains in the partition."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         now = self.now_ms()
-        token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        with self._lock(partition):
-            self._verified[partition] = set()
-            self._next_revisit_ms.pop(partition, None)
+        with self._locks.lock(partition):
+            self._ctx.states.reset(partition)
+            self._forget_revisits(partition)
             try:
-                self.redis.set(keys.owner, token)  # first: a stale owner is fenced from here on
-                self._tokens[partition] = token
-                self.fenced.discard(partition)
+                self._ctx.ownership.take(self.redis, partition)
                 in_flight: Counter[str] = Counter()
                 for field in self.redis.hkeys(keys.inflight):
-                    in_flight[_text(field).split("\n", 1)[0]] += 1
+                    in_flight[as_text(field).split("\n", 1)[0]] += 1
                 count = 0
                 batch: list[str] = []
                 for raw in self.redis.sscan_iter(keys.domains, count=1000):
-                    batch.append(_text(raw))
+                    batch.append(as_text(raw))
                     if len(batch) >= 1000:
                         self._reset_domains(keys, batch, in_flight, now)
                         count += len(batch)
@@ -590,15 +258,15 @@ class Scheduler:
         )
         return count
 
-    def _reset_domains(self, keys: _Keys, domains: list[str], in_flight: Counter[str], now: int) -> None:
+    def _reset_domains(self, keys: PartitionKeys, domains: list[str], in_flight: Counter[str], now: int) -> None:
         if not domains:
             return
         pipe = self.redis.pipeline(transaction=False)
         for d in domains:
             pipe.hset(keys.domain(d), "infl", in_flight.get(d, 0))
-            self._requeue(
+            self._ctx.scripts.requeue(
                 keys=[keys.ready, keys.domain(d), keys.pready],
-                args=self._requeue_args(d, now, release=True),
+                args=self.limits.requeue_args(d, now, release=True),
                 client=pipe,
             )
         pipe.execute()
@@ -606,28 +274,33 @@ class Scheduler:
     def flush_partition(self, partition: int) -> int:
         """fsync frontier (and revisit) files appended to since the last flush (call before
         committing offsets)."""
-        with self._lock(partition):
+        with self._locks.lock(partition):
             if self.revisits is not None:
                 self.revisits.sync()
             return self.files.sync()
 
     def drop_partition(self, partition: int) -> None:
         """Forget process-local state of ``partition``; Redis and files stay for the next owner."""
-        with self._lock(partition):
-            self._verified.pop(partition, None)
-            self._next_revisit_ms.pop(partition, None)
-            self._tokens.pop(partition, None)
-            self.fenced.discard(partition)
+        with self._locks.lock(partition):
+            self._ctx.states.forget(partition)
+            self._forget_revisits(partition)
+            self._ctx.ownership.release(partition)
+
+    def _forget_revisits(self, partition: int) -> None:
+        if self._ctx.planner is not None:
+            self._ctx.planner.forget(partition)
 
     # -- imported state (``crawlstream migrate``) ---------------------------------------------
 
     def hold_until(self, partition: int, next_fetch_ms: Mapping[str, int]) -> int:
         """Send no request to each domain before its time (ms): its ``next`` only ever grows, and a
         queued domain moves back to it. Idempotent; returns how many domains were held later."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         pipe = self.redis.pipeline(transaction=False)
         for domain, at_ms in next_fetch_ms.items():
-            self._hold(keys=[keys.domain(domain), keys.ready, keys.pready], args=[domain, int(at_ms)], client=pipe)
+            self._ctx.scripts.hold(
+                keys=[keys.domain(domain), keys.ready, keys.pready], args=[domain, int(at_ms)], client=pipe
+            )
         try:
             return sum(int(n) for n in pipe.execute())
         except redis.RedisError as exc:
@@ -637,21 +310,21 @@ class Scheduler:
         """Make Redis agree with the files of ``domains`` after a writer died between appending
         (``enqueue``) and recording the append: re-check each file, register the domain and queue
         it. Returns how many domains have unread records (in their file or priority lane)."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         now = self.now_ms()
         ready = 0
-        with self._lock(partition):
+        with self._locks.lock(partition):
             try:
                 for domain in domains:
-                    self._verified.setdefault(partition, set()).difference_update((domain, domain + LANE_SUFFIX))
+                    self._ctx.states.recheck(partition, domain)
                     row = list(self.redis.hmget(keys.domain(domain), "gen", "off", "size", "lg", "lo", "ls"))
-                    state = self._reconciled(partition, domain, row, keys)
-                    lane, _, _ = self._reconciled_lane(partition, domain, row[3:6], keys, None)
+                    state = self._ctx.states.fifo(partition, domain, row, keys)
+                    lane, _, _ = self._ctx.states.lane(partition, domain, row[3:6], keys, None)
                     if state.unread_bytes > 0 or lane.unread_bytes > 0:
                         self.redis.sadd(keys.domains, domain)
-                        self._requeue(
+                        self._ctx.scripts.requeue(
                             keys=[keys.ready, keys.domain(domain), keys.pready],
-                            args=self._requeue_args(domain, now),
+                            args=self.limits.requeue_args(domain, now),
                             client=self.redis,
                         )
                         ready += 1
@@ -667,66 +340,12 @@ class Scheduler:
         ``unconditional`` (``crawlstream refetch``): forget validators of a revisit of these URLs
         still waiting, so the fetch asks for the full page whatever the copy we hold."""
         now = self.now_ms()
-        keys = _Keys(partition)
-        by_domain: dict[str, list[FrontierEntry]] = {}
-        for entry in entries:
-            if entry.depth > self.max_depth:
-                self.stats["skipped_depth"] += 1
-                continue
-            try:
-                validate_domain(entry.domain)
-            except InvalidDomain as exc:
-                self.stats["skipped_invalid_domain"] += 1
-                self._warn_once("invalid_domain", "frontier: skipping URLs of an invalid domain: %s", exc)
-                continue
-            by_domain.setdefault(entry.domain, []).append(entry)
+        by_domain = self._appender.by_domain(entries)
         if not by_domain:
             return 0
-        accepted = 0
-        with self._lock(partition):
+        with self._locks.lock(partition):
             try:
-                read = self.redis.pipeline(transaction=False)
-                read.get(keys.owner)
-                for d in by_domain:
-                    read.hmget(keys.domain(d), "gen", "off", "size", "pages", "infl", "lg", "lo", "ls", "lp", "lz")
-                    read.hget(OVERRIDE_PREFIX + d, "pages")
-                owner, *replies = read.execute()
-                if self._fenced_by(partition, owner):
-                    self.stats["fenced_skipped"] += len(entries)
-                    return 0
-                rows = [[*row, budget] for row, budget in zip(replies[0::2], replies[1::2], strict=True)]
-                pipe = self.redis.pipeline(transaction=False)
-                parked: list[tuple[int, int]] = []  # (index of the domain's requeue reply, URLs stored)
-                for (domain, group), row in zip(by_domain.items(), rows, strict=True):
-                    if _int(row[3]) >= _int(row[10], self.max_pages) and _int(row[4]) <= 0:
-                        self.stats["skipped_budget"] += len(group)
-                        continue
-                    fifo = [e for e in group if e.priority <= 0]
-                    lane = [e for e in group if e.priority > 0]
-                    h = keys.domain(domain)
-                    if fifo:
-                        state = self._reconciled(partition, domain, row, keys)
-                        new = self.files.append(partition, domain, fifo, state)
-                        pipe.hset(h, "size", new.size)
-                        pipe.hsetnx(h, "gen", new.generation)
-                        pipe.hsetnx(h, "off", new.offset)
-                    if lane:
-                        bounds = (_int(row[8]), _int(row[9]))
-                        lane_state, lp, lz = self._reconciled_lane(partition, domain, row[5:8], keys, bounds)
-                        new, lp, lz = self._lane_insert(partition, keys, domain, lane_state, lp, lz, lane)
-                        pipe.hset(
-                            h, mapping={"lg": new.generation, "lo": new.offset, "ls": new.size, "lp": lp, "lz": lz}
-                        )
-                        self.stats["enqueued_priority"] += len(lane)
-                    pipe.sadd(keys.domains, domain)
-                    parked.append((len(pipe), len(group)))
-                    self._requeue(keys=[keys.ready, h, keys.pready], args=self._requeue_args(domain, now), client=pipe)
-                    accepted += len(group)
-                if unconditional and self.revisits is not None:
-                    pipe.hdel(keys.validators, *(_ticket_field(e.domain, e.url) for e in entries))
-                # a requeue answering -2 (excluded): the URLs wait parked in the files
-                answers = pipe.execute()
-                self.stats["parked_excluded"] += sum(n for i, n in parked if int(answers[i]) == -2)
+                accepted = self._appender.append(partition, entries, by_domain, now, unconditional)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"enqueue to scheduler partition {partition} failed ({exc})") from exc
         self.stats["enqueued"] += accepted
@@ -745,225 +364,16 @@ class Scheduler:
         ordered = sorted(set(partitions) - self.fenced)
         if not ordered:
             return []
-        with ExitStack() as held:
-            for partition in ordered:
-                held.enter_context(self._lock(partition))
+        with self._locks.holding(ordered):
             try:
-                if self.revisits is not None:
-                    self._release_revisits(ordered, now)
-                pipe = self.redis.pipeline(transaction=False)
-                for partition in ordered:
-                    keys = _Keys(partition)
-                    pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
-                    self._claim(
-                        keys=[keys.ready, keys.pready, keys.owner],
-                        args=[
-                            now,
-                            limit,
-                            self.max_in_flight,
-                            self.max_pages,
-                            keys.hash_prefix,
-                            HEADER_SIZE,
-                            self._tokens.get(partition, ""),
-                        ],
-                        client=pipe,
-                    )
-                replies = pipe.execute()
-                claimed: dict[int, list[tuple[str, list[Any]]]] = {}
-                for i, partition in enumerate(ordered):
-                    expired, flat = replies[2 * i], replies[2 * i + 1]
-                    if len(flat) == 1 and _text(flat[0]) == FENCED:
-                        self._fence(partition)
-                        continue
-                    if expired:
-                        self._reclaim_expired(partition, expired)
-                    if flat:
-                        w = _CLAIM_WIDTH
-                        claimed[partition] = [
-                            (_text(flat[j]), [v or None for v in flat[j + 1 : j + w]]) for j in range(0, len(flat), w)
-                        ]
+                if self._ctx.planner is not None:
+                    self._ctx.planner.release(ordered, now, self.enqueue)
+                claimed = self._dispatcher.claim(ordered, now, limit, self._reclaim_expired)
                 if not claimed:
                     return []
-                return self._dispatch(claimed, now)
+                return self._dispatcher.dispatch(claimed, now)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"due() on scheduler partitions {ordered} failed ({exc})") from exc
-
-    def _release_revisits(self, partitions: Sequence[int], now: int, limit: int = 1000) -> None:
-        """Put pages whose revisit is due back in their domains' frontiers (the caller holds the
-        partitions' locks). Steps, do not reorder: 1. their validators into ``val``, 2. the
-        frontier append (``enqueue``), 3. store the new cursor, 4. delete files read to the end.
-        A crash before 3 hands the same records out again (a page fetched twice at worst); no
-        order loses one. Costs nothing while no record is due (the next due time is cached)."""
-        assert self.revisits is not None
-        due = [p for p in partitions if (at := self._next_revisit_ms.get(p, 0)) is not None and at <= now]
-        if not due:
-            return
-        read = self.redis.pipeline(transaction=False)
-        for partition in due:
-            read.hmget(_Keys(partition).revisit_cursor, "b", "off")
-        for partition, (bucket, offset) in zip(due, read.execute(), strict=True):
-            keys = _Keys(partition)
-            cursor = RevisitCursor(_int(bucket), _int(offset))
-            records, after, next_due = self.revisits.read_due(partition, cursor, now, limit)
-            self._next_revisit_ms[partition] = next_due
-            if records:
-                fields = {_ticket_field(r.domain, r.url): r.validators.encode() for r in records}
-                self.redis.hset(keys.validators, mapping=fields)  # type: ignore[arg-type]  # 1.
-                entries = [FrontierEntry(r.domain, r.url, r.url_key, r.depth, now, 0) for r in records]
-                self.enqueue(partition, entries)  # 2.
-                self.stats["revisits_released"] += len(records)
-            if after != cursor:
-                self.redis.hset(keys.revisit_cursor, mapping={"b": after.bucket_ms, "off": after.offset})  # 3.
-                self.revisits.remove_read(partition, after)  # 4.
-
-    def _dispatch(self, claimed: dict[int, list[tuple[str, list[Any]]]], now: int) -> list[FetchTicket]:
-        # Steps, do not reorder:
-        # 1. read each claimed domain's next record (the claim makes us its only reader);
-        # 2. atomically (one Lua call per domain): advance the offset, count the page, space
-        #    the next start, record the ticket and its lease, before anything is handed out,
-        #    so a crash after this point re-dispatches the URL when its lease expires and
-        #    never loses it;
-        # 3. compact files whose consumed prefix is large (after 2: the compacted file must
-        #    start after the dispatched record, and a crash between the rename and the Redis
-        #    update is repaired by FrontierFiles.reconcile; before 4: nobody else may read
-        #    the file meanwhile);
-        # 4. release the claims, putting each domain back in the ready queue if it may fetch.
-        #    Domains not being compacted do 2 and 4 in the same Lua call.
-        # The claimed domain reads its priority lane while that has unread records, else its file.
-        tickets: list[FetchTicket] = []
-        pipe = self.redis.pipeline(transaction=False)
-        to_compact: list[tuple[int, str, FileState, bool]] = []
-        for partition, rows in claimed.items():
-            keys = _Keys(partition)
-            for domain, row in rows:  # row: gen, off, size, next, delay override, lg, lo, ls (from the claim)
-                lane = False
-                head = ""  # the lane's next priority after this dispatch ('' = not read from the lane)
-                if _int(row[6], HEADER_SIZE) < _int(row[7], HEADER_SIZE):
-                    state, _, _ = self._reconciled_lane(partition, domain, row[5:8], keys, None)
-                    lane = state.unread_bytes > 0
-                if not lane:
-                    state = self._reconciled(partition, domain, row, keys)
-                entry, offset = self._next_record(partition, domain, state, lane=lane)  # 1.
-                if lane:
-                    head = str(self._lane_head(partition, domain, FileState(state.generation, offset, state.size)))
-                consumed = offset - HEADER_SIZE
-                compact = consumed >= self.compact_min_bytes and consumed * 2 > state.size - HEADER_SIZE
-                if compact:
-                    to_compact.append((partition, domain, FileState(state.generation, offset, state.size), lane))
-                field: bytes | str = ""
-                record: bytes | str = ""
-                deadline = now + self.lease_ms
-                if entry is not None:
-                    field = _ticket_field(domain, entry.url)
-                    record = _ticket_record(entry)
-                    tickets.append(FetchTicket(partition, entry, now, deadline))
-                next_at = max(_int(row[3]), now + _int(row[4], self.min_delay_ms))
-                args = [
-                    *self._requeue_args(domain, now, release=not compact),
-                    offset,
-                    next_at,
-                    field,
-                    record,
-                    deadline,
-                    "lo" if lane else "off",
-                    head,
-                ]
-                self._dispatch_script(  # 2. (and 4. unless compacting)
-                    keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases, keys.pready],
-                    args=args,
-                    client=pipe,
-                )
-        if self.revisits is not None and tickets:  # a revisit's validators ride along (same round trip)
-            for ticket in tickets:
-                pipe.hget(_Keys(ticket.partition).validators, _ticket_field(ticket.domain, ticket.url))
-            found = pipe.execute()[-len(tickets) :]
-            tickets = [replace(t, validators=Validators.decode(v)) for t, v in zip(tickets, found, strict=True)]
-        else:
-            pipe.execute()
-        if to_compact:
-            release = self.redis.pipeline(transaction=False)
-            for partition, domain, state, lane in to_compact:
-                keys = _Keys(partition)
-                new = self.files.compact(partition, domain, state, lane=lane)  # 3.
-                names = ("lg", "lo", "ls") if lane else ("gen", "off", "size")
-                values = (new.generation, new.offset, new.size)
-                release.hset(keys.domain(domain), mapping=dict(zip(names, values, strict=True)))
-                self._requeue(  # 4.
-                    keys=[keys.ready, keys.domain(domain), keys.pready],
-                    args=self._requeue_args(domain, now, release=True),
-                    client=release,
-                )
-                self.stats["compactions"] += 1
-            release.execute()
-        self.stats["dispatched"] += len(tickets)
-        return tickets
-
-    def _next_record(
-        self, partition: int, domain: str, state: FileState, *, lane: bool = False
-    ) -> tuple[FrontierEntry | None, int]:
-        """The first record at or after ``state.offset`` within ``max_depth`` and the offset after it."""
-        offset = state.offset
-        while offset < state.size:
-            try:
-                got = self.files.read(
-                    partition, domain, FileState(state.generation, offset, state.size), limit=8, lane=lane
-                )
-            except ChecksumMismatch as exc:
-                self.stats["damaged_files"] += 1
-                logger.error("frontier %s (partition %d): %s; skipping its unread records", domain, partition, exc)
-                return None, state.size
-            for entry, end in got:
-                offset = end
-                if entry.depth <= self.max_depth:
-                    return entry, offset
-                self.stats["skipped_depth"] += 1
-        return None, offset
-
-    def _lane_head(self, partition: int, domain: str, state: FileState) -> int:
-        """The priority of the lane's record at ``state.offset`` (0: none; the claim's tie-break)."""
-        try:
-            got = self.files.read(partition, domain, state, limit=1, lane=True)
-        except ChecksumMismatch:
-            return 0  # _next_record reports the damage when it gets there
-        return got[0][0].priority if got else 0
-
-    def _lane_insert(
-        self,
-        partition: int,
-        keys: _Keys,
-        domain: str,
-        state: FileState,
-        lp: int,
-        lz: int,
-        entries: Sequence[FrontierEntry],
-    ) -> tuple[FileState, int, int]:
-        """Add ``entries`` to the priority lane keeping its read order (priority, then arrival);
-        returns the new state and the priorities of its next and last records (``lp``, ``lz``).
-
-        Appends when every new entry sorts after the unread ones (no higher priority than the
-        last, ``lz``: the usual case, a migration's ordered rows included); the caller stores
-        the state (a crash before that leaves bytes past the stored size, which ``reconcile``
-        adopts). Otherwise rewrites the unread records merged with the new ones as generation
-        + 1 (``FrontierFiles.rewrite``) and stores the state at once, like a compaction: a
-        crash between the rename and that write is repaired by ``reconcile``."""
-        ordered = sorted(entries, key=_lane_order)  # stable: arrival order within a priority
-        if state.unread_bytes == 0 or ordered[0].priority <= lz:
-            new = self.files.append(partition, domain, ordered, state, lane=True)
-            return new, ordered[0].priority if state.unread_bytes == 0 else lp, ordered[-1].priority
-        try:
-            unread = [e for e, _ in self.files.read(partition, domain, state, sys.maxsize, lane=True)]
-        except ChecksumMismatch as exc:
-            self.stats["damaged_files"] += 1
-            logger.error("frontier lane %s (partition %d): %s; dropping its unread records", domain, partition, exc)
-            unread = []
-        merged = list(heapq.merge(unread, ordered, key=_lane_order))  # ties: the unread ones first
-        new = self.files.rewrite(partition, domain, state, merged)
-        lp, lz = merged[0].priority, merged[-1].priority
-        self.redis.hset(
-            keys.domain(domain), mapping={"lg": new.generation, "lo": new.offset, "ls": new.size, "lp": lp, "lz": lz}
-        )
-        self.stats["lane_rewrites"] += 1
-        return new, lp, lz
 
     def complete(self, partition: int, domain: str, url: str, outcome: FetchOutcome) -> list[FrontierEntry]:
         """Release the slot of the ticket for ``url``, set the domain's next fetch time, and
@@ -985,211 +395,17 @@ class Scheduler:
         if not ordered:
             return []
         now = self.now_ms()
-        with ExitStack() as held:
-            for partition in ordered:
-                held.enter_context(self._lock(partition))
+        with self._locks.holding(ordered):
             try:
-                read = self.redis.pipeline(transaction=False)
-                plan: list[tuple[int, _Keys, list[bytes], list[str]]] = []
-                for partition in ordered:
-                    keys = _Keys(partition)
-                    fields = [_ticket_field(d, u) for d, u, _ in results[partition]]
-                    read.get(keys.owner)
-                    read.hmget(keys.inflight, *fields)
-                    if self.revisits is not None:
-                        read.hmget(keys.validators, *fields)
-                    domains = list(dict.fromkeys(d for d, _, _ in results[partition]))
-                    for d in domains:
-                        read.hmget(keys.domain(d), "gen", "off", "size", "next", "cdel", "bo")
-                        read.hget(OVERRIDE_PREFIX + d, "delay")
-                        read.hmget(keys.domain(d), "lg", "lo", "ls", "lp", "lz")
-                    plan.append((partition, keys, fields, domains))
-                replies = iter(read.execute())
-                pipe = self.redis.pipeline(transaction=False)
-                retries: list[FrontierEntry] = []
-                for partition, keys, fields, domains in plan:
-                    owner = next(replies)
-                    raws = next(replies)
-                    previous = next(replies) if self.revisits is not None else [None] * len(fields)
-                    revisits: list[RevisitRecord] = []
-                    # Domain rows are updated in place as the batch goes, so two results of one
-                    # domain compose (the second sees the first's back-off and file size). A row:
-                    # gen off size next cdel bo, the delay override, then lg lo ls lp lz (the lane).
-                    row_of = {d: [*next(replies), next(replies), *next(replies)] for d in domains}
-                    if self._fenced_by(partition, owner):  # the new owner completes them (replayed)
-                        self.stats["fenced_skipped"] += len(fields)
-                        continue
-                    done: set[bytes] = set()
-                    for (domain, url, outcome), field, raw, before in zip(
-                        results[partition], fields, raws, previous, strict=True
-                    ):
-                        if raw is None or field in done:
-                            self.stats["stale_completions"] += 1
-                            logger.debug("scheduler: completion for %s in %s has no ticket; ignored", url, domain)
-                            continue
-                        done.add(field)
-                        retry = self._complete_one(
-                            partition, keys, domain, field, raw, row_of[domain], outcome, now, pipe
-                        )
-                        if retry is not None:
-                            retries.append(retry)
-                        elif self.revisits is not None and not outcome.excluded:
-                            was = Validators.decode(before)
-                            self._plan_revisit(keys, field, raw, domain, outcome, was, now, pipe, revisits)
-                    if revisits:
-                        # on disk before the tickets close: a crash in between re-plans (twice at worst)
-                        self._schedule_revisits(partition, revisits)
-                pipe.execute()
+                return self._completer.complete_all(ordered, results, now)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"complete() on scheduler partitions {ordered} failed ({exc})") from exc
-        return retries
-
-    def _complete_one(
-        self,
-        partition: int,
-        keys: _Keys,
-        domain: str,
-        field: bytes,
-        raw: bytes,
-        row: list[Any],
-        outcome: FetchOutcome,
-        now: int,
-        pipe: Any,
-    ) -> FrontierEntry | None:
-        entry = _ticket_entry(raw, domain)
-        if outcome.excluded:  # nothing was fetched: the politeness state stays as it was
-            next_at, backoff_level, crawl_delay_ms = max(_int(row[3]), now), _int(row[5]), _int(row[4])
-        else:
-            next_at, backoff_level, crawl_delay_ms, reason = self._next_fetch(now, row, outcome)
-            if self.metrics is not None:
-                self.metrics.observe_wait(reason, (next_at - now) / 1000.0)
-        row[3], row[4], row[5] = next_at, crawl_delay_ms, backoff_level
-        retry = None
-        new_size: int | str = ""
-        size_field = "size"
-        if outcome.excluded:
-            # Parked: the URL goes back to the file (or lane) as it was (same attempt, page
-            # refunded) and is fetched once the domain is included again.
-            new_size, size_field = self._put_back(partition, keys, domain, row, entry, pipe)
-            self.stats["parked_excluded"] += 1
-        elif outcome.retryable and entry.attempt < self.max_retries:
-            retry = replace(entry, attempt=entry.attempt + 1)
-            # the retry spends the same page of the budget: refunded
-            new_size, size_field = self._put_back(partition, keys, domain, row, retry, pipe)
-            self.stats["retried"] += 1
-        elif outcome.retryable:
-            self.stats["gave_up"] += 1
-        self._complete_script(
-            keys=[keys.ready, keys.domain(domain), keys.inflight, keys.leases, keys.pready],
-            args=[
-                *self._requeue_args(domain, now),
-                field,
-                next_at,
-                backoff_level,
-                crawl_delay_ms,
-                int(outcome.elapsed_ms),
-                new_size,
-                "1" if outcome.status <= 0 else "0",
-                size_field,
-            ],
-            client=pipe,
-        )
-        self.stats["completed"] += 1
-        return retry
-
-    def _put_back(
-        self, partition: int, keys: _Keys, domain: str, row: list[Any], entry: FrontierEntry, pipe: Any
-    ) -> tuple[int, str]:
-        """Append a retried or parked ``entry`` to its domain's file, or to its lane when it has a
-        priority (the lane's other fields go on ``pipe`` before the completion); ``row`` (see
-        ``complete_all``) follows. Returns the new size and the field it belongs in."""
-        if entry.priority > 0:
-            bounds = (_int(row[10]), _int(row[11]))
-            state, lp, lz = self._reconciled_lane(partition, domain, row[7:10], keys, bounds)
-            new, lp, lz = self._lane_insert(partition, keys, domain, state, lp, lz, [entry])
-            row[7:12] = [new.generation, new.offset, new.size, lp, lz]
-            pipe.hset(keys.domain(domain), mapping={"lg": new.generation, "lo": new.offset, "lp": lp, "lz": lz})
-            return new.size, "ls"
-        state = self._reconciled(partition, domain, row, keys)
-        new = self.files.append(partition, domain, [entry], state)
-        row[0], row[1], row[2] = new.generation, new.offset, new.size
-        return new.size, "size"
-
-    def _plan_revisit(
-        self,
-        keys: _Keys,
-        field: bytes,
-        raw: bytes,
-        domain: str,
-        outcome: FetchOutcome,
-        previous: Validators | None,
-        now: int,
-        pipe: Any,
-        out: list[RevisitRecord],
-    ) -> None:
-        """A closed ticket (not retried, not parked): when to fetch its page again, and with what.
-
-        A page (2xx, or 304 to a revisit) comes back after ``revisit_after_s`` with what it said;
-        a revisit that failed for good on a transient error (5xx, timeout ...) comes back with the
-        validators it had; anything else (404, a redirect, robots) ends its revisits."""
-        if previous is not None:
-            pipe.hdel(keys.validators, field)
-        if outcome.validators is not None:
-            keep = previous.after(outcome.validators, outcome.status) if previous is not None else outcome.validators
-            if outcome.status == 304:
-                self.stats["not_modified"] += 1
-        elif previous is not None and outcome.retryable:
-            keep = previous
-            self.stats["revisits_failed"] += 1
-        else:
-            return
-        entry = decode_records(raw, domain)[0][0][0]
-        out.append(RevisitRecord(now + self.revisit_after_ms, entry.url_key, entry.depth, domain, entry.url, keep))
-
-    def _schedule_revisits(self, partition: int, records: Sequence[RevisitRecord]) -> None:
-        assert self.revisits is not None
-        self.revisits.append(partition, records)
-        self.stats["revisits_scheduled"] += len(records)
-        if partition in self._next_revisit_ms:  # absent: the next due_all looks at the files anyway
-            first = min(r.due_ms for r in records)
-            known = self._next_revisit_ms[partition]
-            self._next_revisit_ms[partition] = first if known is None else min(known, first)
-
-    def _next_fetch(self, now: int, row: list[Any], outcome: FetchOutcome) -> tuple[int, int, int, str]:
-        """(next fetch at ms, back-off level, Crawl-delay ms, what decided the wait) after
-        ``outcome``. Pure arithmetic. The reason is one of ``crawlstream.metrics.WAIT_REASONS``:
-        the largest term; back-off and Retry-After only when they lengthen the wait."""
-        crawl_delay_s = _seconds(outcome.crawl_delay_s)
-        crawl_delay_ms = int(crawl_delay_s * 1000) if crawl_delay_s is not None else _int(row[4])
-        overridden = len(row) > 6 and row[6] is not None
-        min_delay_ms = _int(row[6], self.min_delay_ms) if len(row) > 6 else self.min_delay_ms  # operator override
-        delay_ms, reason = max(
-            (min_delay_ms, "override" if overridden else "min_delay"),
-            (crawl_delay_ms, "crawl_delay"),
-            (int(self.response_time_factor * outcome.elapsed_ms), "response_time"),
-            key=lambda term: term[0],
-        )
-        level = _int(row[5])
-        if outcome.backs_off:
-            level = min(level + 1, _MAX_BACKOFF_LEVEL)
-            backoff_ms = min(self.max_backoff_ms, max(delay_ms, 1000) * 2**level)
-            if backoff_ms > delay_ms:
-                delay_ms, reason = backoff_ms, "backoff"
-        else:
-            level = 0
-        retry_after_s = _seconds(outcome.retry_after_s)
-        if retry_after_s is not None and retry_after_s > 0:
-            retry_after_ms = min(self.max_backoff_ms, int(retry_after_s * 1000))
-            if retry_after_ms > delay_ms:
-                delay_ms, reason = retry_after_ms, "retry_after"
-        if _int(row[3]) > now + delay_ms:  # a later next fetch time was set before (a migrated one)
-            return _int(row[3]), level, crawl_delay_ms, "held"
-        return now + delay_ms, level, crawl_delay_ms, reason
 
     def _reclaim_expired(self, partition: int, expired: Sequence[Any]) -> None:
-        """Tickets whose lease ran out were lost on the way (a crash before produce): time them out."""
+        """Tickets whose lease ran out were lost on the way (a crash before produce): time them
+        out through ``complete``, like a result that said so."""
         for field in expired:
-            domain, url = _text(field).split("\n", 1)
+            domain, url = as_text(field).split("\n", 1)
             self.stats["leases_expired"] += 1
             logger.warning("scheduler: ticket for %s (%s) expired; treating it as a timeout", url, domain)
             self.complete(partition, domain, url, FetchOutcome(status=0, error="lease_expired"))
@@ -1199,46 +415,7 @@ class Scheduler:
     def domain_state(self, partition: int, domain: str) -> DomainState:
         """The stored state of ``domain`` (print it: ``str(state)`` reads like Scrapy's Slot);
         ``max_in_flight`` and ``max_pages`` are the effective ones (an operator override wins)."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(OVERRIDE_PREFIX + domain, "delay", "infl", "pages")
-        pipe.sismember(EXCLUDED_KEY, domain)
-        pipe.hmget(_Keys(partition).domain(domain), "lo", "ls", "lp")
-        (delay, infl, pages), excluded, (lane_offset, lane_size, lane_priority) = pipe.execute()
-        row = self.redis.hmget(
-            _Keys(partition).domain(domain),
-            "infl",
-            "next",
-            "cdel",
-            "rtt",
-            "bo",
-            "pages",
-            "gen",
-            "off",
-            "size",
-            "rd",
-        )
-        return DomainState(
-            domain=domain,
-            partition=partition,
-            in_flight=_int(row[0]),
-            max_in_flight=_int(infl, self.max_in_flight),
-            next_fetch_at_ms=_int(row[1]),
-            now_ms=self.now_ms(),
-            crawl_delay_ms=_int(row[2]),
-            last_response_ms=_int(row[3]),
-            backoff_level=_int(row[4]),
-            pages=_int(row[5]),
-            max_pages=_int(pages, self.max_pages),
-            generation=_int(row[6]),
-            offset=_int(row[7], HEADER_SIZE),
-            size=_int(row[8], HEADER_SIZE),
-            reading=row[9] is not None,
-            excluded=bool(excluded),
-            delay_override_ms=None if delay is None else int(delay),
-            lane_offset=_int(lane_offset, HEADER_SIZE),
-            lane_size=_int(lane_size, HEADER_SIZE),
-            lane_priority=_int(lane_priority),
-        )
+        return read_domain_state(self.redis, self.limits, partition, domain, self.now_ms())
 
     def pending(self, partition: int) -> tuple[int, int]:
         """(domains in the ready queues, tickets in flight): (0, 0) means the partition is drained."""
@@ -1248,7 +425,7 @@ class Scheduler:
         """``pending`` summed over ``partitions`` in one round trip (the run's drain check)."""
         pipe = self.redis.pipeline(transaction=False)
         for partition in partitions:
-            keys = _Keys(partition)
+            keys = PartitionKeys(partition)
             pipe.zcard(keys.ready)
             pipe.zcard(keys.pready)
             pipe.hlen(keys.inflight)
@@ -1257,105 +434,9 @@ class Scheduler:
 
     def next_due_ms(self, partition: int) -> int | None:
         """When the earliest ready domain becomes due (for the service's sleep), or None."""
-        keys = _Keys(partition)
+        keys = PartitionKeys(partition)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrange(keys.ready, 0, 0, withscores=True)
         pipe.zrange(keys.pready, 0, 0, withscores=True)
         firsts = [int(first[0][1]) for first in pipe.execute() if first]
         return min(firsts) if firsts else None
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    def _lock(self, partition: int) -> threading.RLock:
-        with self._locks_guard:
-            lock = self._locks.get(partition)
-            if lock is None:
-                lock = self._locks[partition] = threading.RLock()
-            return lock
-
-    def _requeue_args(self, domain: str, now: int, release: bool = False) -> list[Any]:
-        return [domain, now, self.max_in_flight, self.max_pages, "1" if release else "0", HEADER_SIZE]
-
-    def _reconciled(self, partition: int, domain: str, row: list[Any], keys: _Keys) -> FileState:
-        """The file state from ``row`` (gen, off, size first); on first touch in this process,
-        checked against the file (torn tail, unfinished compaction) and corrected in Redis."""
-        state = FileState(_int(row[0]), _int(row[1], HEADER_SIZE), _int(row[2], HEADER_SIZE))
-        verified = self._verified.setdefault(partition, set())
-        if domain in verified:
-            return state
-        fixed = self.files.reconcile(partition, domain, state)
-        verified.add(domain)
-        if fixed != state:
-            logger.warning(
-                "frontier %s (partition %d): Redis said %s, file says %s; corrected",
-                domain,
-                partition,
-                state,
-                fixed,
-            )
-            self.redis.hset(
-                keys.domain(domain),
-                mapping={"gen": fixed.generation, "off": fixed.offset, "size": fixed.size},
-            )
-        return fixed
-
-    def _reconciled_lane(
-        self,
-        partition: int,
-        domain: str,
-        row: Sequence[Any],
-        keys: _Keys,
-        bounds: tuple[int, int] | None,
-    ) -> tuple[FileState, int, int]:
-        """``_reconciled`` for the priority lane (``row``: lg, lo, ls), with the priorities of its
-        next and last unread records (``bounds``: lp, lz as stored; None: not needed). When the
-        file corrects Redis they are read again from the file."""
-        state = FileState(_int(row[0]), _int(row[1], HEADER_SIZE), _int(row[2], HEADER_SIZE))
-        lp, lz = bounds if bounds is not None else (0, 0)
-        verified = self._verified.setdefault(partition, set())
-        key = domain + LANE_SUFFIX  # '~' is never in a domain
-        if key in verified:
-            return state, lp, lz
-        fixed = self.files.reconcile(partition, domain, state, lane=True)
-        verified.add(key)
-        if fixed == state:
-            return fixed, lp, lz
-        try:
-            unread = [e for e, _ in self.files.read(partition, domain, fixed, sys.maxsize, lane=True)]
-        except ChecksumMismatch:
-            unread = []
-        lp, lz = (unread[0].priority, unread[-1].priority) if unread else (0, 0)
-        logger.warning(
-            "frontier lane %s (partition %d): Redis said %s, file says %s; corrected", domain, partition, state, fixed
-        )
-        self.redis.hset(
-            keys.domain(domain),
-            mapping={"lg": fixed.generation, "lo": fixed.offset, "ls": fixed.size, "lp": lp, "lz": lz},
-        )
-        return fixed, lp, lz
-
-    def _fenced_by(self, partition: int, owner: Any) -> bool:
-        """True (and the partition fenced here) when ``owner``, the partition's owner token as
-        just read, is another instance's: one loaded the partition after this one did."""
-        token = self._tokens.get(partition)
-        if token is None or owner is None or _text(owner) == token:
-            return False
-        self._fence(partition)
-        return True
-
-    def _fence(self, partition: int) -> None:
-        if partition in self.fenced:
-            return
-        self.fenced.add(partition)
-        self.stats["fenced"] += 1
-        logger.warning(
-            "scheduler partition %d was loaded by another scheduler since this one loaded it (this one's "
-            "group session expired?): no more claims, enqueues or completions of it here until it is "
-            "assigned to this one again",
-            partition,
-        )
-
-    def _warn_once(self, topic: str, message: str, *args: Any) -> None:
-        if topic not in self._warned:
-            self._warned.add(topic)
-            logger.warning(message, *args)
