@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawlstream.durable import encode_frame, iter_frames
+from crawlstream.durable import encode_frame, fsync_dir, iter_frames
 from crawlstream.errors import StorageUnavailable
 
 __all__ = [
@@ -228,11 +228,7 @@ class RevisitFiles:
                 finally:
                     os.close(fd)
             for directory in {p.parent for p in dirty}:
-                fd = os.open(directory, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_dir(directory)
         except FileNotFoundError:
             pass  # read and removed meanwhile
         except OSError as exc:
