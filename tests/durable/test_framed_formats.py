@@ -331,3 +331,28 @@ def test_iter_frames_reads_a_file_from_its_position(tmp_path: Path) -> None:
         fh.seek(4)
         assert [(f.offset, bytes(f.payload)) for f in iter_frames(fh, base_offset=4)] == [(4, b"x")]
 
+
+
+# -- the static check -------------------------------------------------------------------------
+
+CRC_ALLOWED = {
+    "libs/crawlstream/store/_codec.py": "segment record and group headers: a CRC inside a zstd skippable frame",
+    "libs/crawlstream/store/_retrain.py": "walks those segment record headers",
+    "libs/crawlstream/bus/_embedded_log.py": "Kafka-like batches: the CRC covers offset, timestamp, key and value",
+    "libs/crawlstream/status/_embedded_offsets.py": "reads the embedded log's head file (its CRC)",
+    "libs/crawlstream/index/_formats.py": "postings blocks: a CRC in a block header of the index file",
+    "libs/crawlstream/dedupe/_filter.py": "Bloom snapshots: one CRC over a whole file",
+}
+
+
+def test_no_other_module_frames_records_with_its_own_crc() -> None:
+    """A new length + CRC log must use ``crawlstream.durable``'s framing; the other CRCs guard
+    headers and whole files, not a stream of frames."""
+    repo = Path(__file__).resolve().parents[2]
+    users = sorted(
+        p.relative_to(repo).as_posix()
+        for top in ("libs", "services")
+        for p in (repo / top).rglob("*.py")
+        if "crc32" in p.read_text() and "zlib" in p.read_text()
+    )
+    assert set(users) - {"libs/crawlstream/durable/_frames.py"} == set(CRC_ALLOWED)
