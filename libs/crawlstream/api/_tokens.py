@@ -2,11 +2,11 @@
 by ``crawlstream tokens``, and re-read by a running API when it changes, so tokens rotate
 without a restart.
 
-The file is written whole and atomically (a 0600 temporary file in the same directory, fsync,
-rename), so a reader never sees half a file, and is never readable by other users: it holds
-secrets. A running API checks the file's identity (inode, size, mtime) at most once per
-``RELOAD_CHECK_S`` and keeps its current tokens if the new file is invalid (logged and counted),
-so a typo never locks everyone out or opens the API.
+The file is written whole and atomically (``crawlstream.durable.write_atomically``: a 0600
+temporary file in the same directory, fsync, rename), so a reader never sees half a file, and
+is never readable by other users: it holds secrets. A running API checks the file's identity
+(inode, size, mtime) at most once per ``RELOAD_CHECK_S`` and keeps its current tokens if the
+new file is invalid (logged and counted), so a typo never locks everyone out or opens the API.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawlstream.api._acl import Acl, fingerprint
+from crawlstream.durable import write_atomically
 from crawlstream.errors import ConfigError
 
 __all__ = [
@@ -81,26 +82,7 @@ def _write_doc(path: Path, doc: dict[str, object], *, exclusive: bool = False) -
     Acl.from_mapping(doc, source=f"tokens file {path}")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        if exclusive:
-            os.link(tmp, path)  # fails with FileExistsError if another process created it first
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, data, mode=0o600, exclusive=exclusive)
 
 
 def ensure_tokens_file(path: Path) -> bool:

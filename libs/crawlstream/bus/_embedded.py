@@ -80,7 +80,7 @@ from crawlstream.bus._base import (
     TopicPartition,
 )
 from crawlstream.bus._embedded_log import Cursor, PartitionLog, PendingRecord, read_end_offset
-from crawlstream.durable import fsync_dir
+from crawlstream.durable import write_atomically
 from crawlstream.errors import BusUnavailable, ChecksumMismatch, ConfigError, StorageUnavailable
 
 __all__ = ["FORMAT_VERSION", "EmbeddedBus", "LogState", "read_committed", "read_log_state"]
@@ -176,18 +176,7 @@ def read_log_state(root: Path) -> LogState:
 def _write_json_atomic(path: Path, data: Any, *, fsync: bool) -> None:
     """Replace ``path`` with ``data`` so a crash leaves either the old or the new file."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # writers never share it
-    raw = json.dumps(data, sort_keys=True).encode()
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(raw)
-            if fsync:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        if fsync:
-            fsync_dir(path.parent)
-    except OSError as exc:
-        raise StorageUnavailable(f"cannot write {path}: {exc}; check disk space and permissions") from exc
+    write_atomically(path, json.dumps(data, sort_keys=True).encode(), fsync=fsync, tmp=tmp)
 
 
 class _Topic:

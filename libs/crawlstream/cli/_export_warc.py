@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from crawlstream.errors import ConfigError, StorageUnavailable
+from crawlstream.durable import atomic_file
+from crawlstream.errors import ConfigError
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, export_warc
 from crawlstream.store._warc import export_warc_files
@@ -42,13 +42,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         report = {"out": [str(f) for f in files], "records": written, "skipped_corrupt": skipped}
         sys.stdout.write(json.dumps(report) + "\n")
         return 0 if not skipped else 1
-    tmp = out.with_name(out.name + ".tmp")
-    with ContentStore.from_settings(settings) as store:
-        try:
-            with open(tmp, "wb") as fh:
-                written, skipped = export_warc(store, fh, domain=args.domain)
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise StorageUnavailable(f"could not write {out}: {exc}") from exc
+    with ContentStore.from_settings(settings) as store, atomic_file(out) as fh:
+        written, skipped = export_warc(store, fh, domain=args.domain)
     sys.stdout.write(json.dumps({"out": str(out), "records": written, "skipped_corrupt": skipped}) + "\n")
     return 0 if not skipped else 1

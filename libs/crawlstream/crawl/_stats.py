@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlstream.bus import Consumer, Message, TopicPartition
+from crawlstream.durable import write_atomically
 from crawlstream.errors import StorageUnavailable
 from crawlstream.events import FetchResult
 from crawlstream.fetch import ERROR_OUTCOMES
@@ -114,14 +114,13 @@ def load_stats(path: Path) -> CrawlStats:
 
 
 def save_stats(path: Path, stats: CrawlStats) -> None:
-    """Replace the file atomically (temp + rename): a kill -9 leaves the old or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Replace the file atomically and durably (``write_atomically``): a kill -9 or a power
+    loss leaves the old or the new one."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(stats.to_json()), encoding="utf-8")
-        os.replace(tmp, path)
     except OSError as exc:
         raise StorageUnavailable(f"cannot write crawl stats {path}: {exc}") from exc
+    write_atomically(path, json.dumps(stats.to_json()).encode("utf-8"))
 
 
 class StatsHandler(EventHandler):

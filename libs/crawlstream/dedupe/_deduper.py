@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from crawlstream.dedupe._bloom import BloomSize, bloom_size, expected_fpr
 from crawlstream.dedupe._filter import TIGHTENING, BloomFilter, ScalableBloomFilter, decode_snapshot, encode_snapshot
+from crawlstream.durable import write_atomically
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class Deduper:
             snap = decode_snapshot(data, str(path))
         except ChecksumMismatch as exc:
             quarantine = path.with_suffix(".bloom.invalid")
-            os.replace(path, quarantine)
+            os.replace(path, quarantine)  # not a publication: sets the damaged file aside for inspection
             logger.error("dedupe partition %d: %s; moved to %s, replaying from the start", partition, exc, quarantine)
             self._filters[partition] = self._new_filter()
             return None
@@ -118,23 +119,13 @@ class Deduper:
         """Atomically write the snapshot of ``partition`` covering the bus ``offset`` (next to read)."""
         bloom = self._filter(partition)
         path = self.snapshot_path(partition)
-        tmp = path.with_name(path.name + ".tmp")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            # 1. write and fsync a temporary file, 2. rename over the old snapshot,
-            # 3. fsync the directory. A crash anywhere keeps a complete snapshot on disk.
-            with open(tmp, "wb") as fh:
-                fh.write(encode_snapshot(bloom, offset))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(self.root, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
         except OSError as exc:
             raise StorageUnavailable(f"cannot write Bloom snapshot {path} ({exc})") from exc
+        # Temporary file, fsync, rename over the old snapshot, fsync the directory: a crash
+        # anywhere keeps a complete snapshot on disk.
+        write_atomically(path, encode_snapshot(bloom, offset))
         logger.debug("dedupe partition %d: snapshot at offset %s (%d members)", partition, offset, bloom.count)
         return path
 

@@ -3,7 +3,7 @@
 File layout (little-endian)::
 
     header  = magic "CSFRONT\\0" | version u32 | generation u64          (20 bytes)
-    record  = payload_len u32 | crc32(payload) u32 | payload
+    record  = payload_len u32 | crc32(payload) u32 | payload   (a ``crawlstream.durable`` frame)
     payload = url_key u64 | discovered_at_ms i64 | depth u16 | attempt u16 | URL (UTF-8)
 
 A domain's priority lane (``<domain>~lane``, see ``_store``) has its own magic
@@ -13,7 +13,9 @@ A domain's priority lane (``<domain>~lane``, see ``_store``) has its own magic
 
 Binary records rather than escaped text lines: any ``str`` URL round-trips byte for byte
 (separators, newlines, NULs, lone surrogates via ``surrogatepass``), and the CRC makes a
-torn tail after kill -9 detectable, so it is cut off on open instead of being misread.
+torn tail after kill -9 detectable, so it is cut off on open instead of being misread. A
+record that fails its CRC (or holds invalid UTF-8) ends the good records the same way: reading
+stops before it and ``reconcile`` cuts the file there.
 The generation in the header lets a reader tell whether Redis' offsets refer to this file
 or to its pre-compaction predecessor (see ``_store``). The domain is not stored: the file
 is named after it.
@@ -22,9 +24,9 @@ is named after it.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 
+from crawlstream.durable import encode_frame, iter_frames
 from crawlstream.errors import ChecksumMismatch
 
 __all__ = [
@@ -45,7 +47,6 @@ LANE_MAGIC = b"CSFLANE\x00"
 FILE_VERSION = 1
 _HEADER = struct.Struct("<8sIQ")
 HEADER_SIZE = _HEADER.size
-_PREFIX = struct.Struct("<II")
 _FIXED = struct.Struct("<QqHH")
 _LANE_FIXED = struct.Struct("<QqHHi")
 MAX_URL_BYTES = 1 << 20  # a length beyond this is garbage (a torn or corrupt length field)
@@ -124,7 +125,7 @@ def encode_record(entry: FrontierEntry, *, lane: bool = False) -> bytes:
         payload = _LANE_FIXED.pack(*fixed, min(max(entry.priority, 0), MAX_PRIORITY)) + url_bytes
     else:
         payload = _FIXED.pack(*fixed) + url_bytes
-    return _PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+    return encode_frame(payload)
 
 
 def decode_records(
@@ -143,26 +144,23 @@ def decode_records(
     ``lane``: records of a priority lane (they carry the priority).
     """
     fixed = _LANE_FIXED if lane else _FIXED
-    max_payload = fixed.size + MAX_URL_BYTES
-    view = memoryview(data)
     out: list[tuple[FrontierEntry, int]] = []
-    pos = 0
-    end = len(view)
-    while end - pos >= _PREFIX.size and (limit is None or len(out) < limit):
-        length, crc = _PREFIX.unpack_from(view, pos)
-        if length < fixed.size or length > max_payload or pos + _PREFIX.size + length > end:
-            break
-        start = pos + _PREFIX.size
-        payload = view[start : start + length]
-        if zlib.crc32(payload) != crc:
-            break
+    end = base_offset
+    if limit is not None and limit <= 0:
+        return out, end
+    for frame in iter_frames(data, base_offset=base_offset, min_size=fixed.size, max_size=fixed.size + MAX_URL_BYTES):
+        if not frame.intact:
+            break  # damage ends the good records, as a torn tail does
+        payload = frame.payload
         values = fixed.unpack_from(payload)
         try:
             url = bytes(payload[fixed.size :]).decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:
             break  # the CRC matched bytes no encoder writes: corrupt all the same
-        pos = start + length
+        end = frame.end
         url_key, discovered_at_ms, depth, attempt = values[:4]
         priority = values[4] if lane else 0
-        out.append((FrontierEntry(domain, url, url_key, depth, discovered_at_ms, attempt, priority), base_offset + pos))
-    return out, base_offset + pos
+        out.append((FrontierEntry(domain, url, url_key, depth, discovered_at_ms, attempt, priority), end))
+        if limit is not None and len(out) >= limit:
+            break
+    return out, end

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from crawlstream.durable import atomic_file
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 from crawlstream.frontier._domains import COMPACT_SUFFIX, LANE_SUFFIX, LANE_TMP_SUFFIX, validate_domain
 from crawlstream.frontier._records import (
@@ -287,21 +288,10 @@ class FrontierFiles:
 
     def _replace(self, path: Path, lane: bool, generation: int, records: bytes) -> FileState:
         """Steps 1-3 of ``compact``: ``records`` under a new header, fsynced, renamed over ``path``."""
-        tmp = self._tmp_for(path, lane)
-        try:
-            with open(tmp, "wb") as dst:  # 1.
-                dst.write(encode_header(generation, lane=lane))
-                dst.write(records)
-                dst.flush()
-                os.fsync(dst.fileno())  # 2.
-            os.replace(tmp, path)  # 3.
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot rewrite frontier file {path} ({exc})") from exc
+        # 1. at the ``~compact`` / ``~lanetmp`` name that ``reconcile`` removes; 2. and 3. as the block ends.
+        with atomic_file(path, tmp=self._tmp_for(path, lane)) as dst:
+            dst.write(encode_header(generation, lane=lane))
+            dst.write(records)
         self._dirty.discard(path)
         return FileState(generation, HEADER_SIZE, HEADER_SIZE + len(records))
 

@@ -39,8 +39,7 @@ import pyarrow.parquet as pq
 import zstandard
 from pyroaring import BitMap
 
-from crawlstream.durable import fsync_dir
-from crawlstream.errors import StorageUnavailable
+from crawlstream.durable import replacing
 from crawlstream.index._formats import (
     FileEntry,
     Runs,
@@ -432,17 +431,9 @@ class IndexBuilder:
             "files.tsv.zst": cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))),
             PIN_NAME: b"",
         }
-        try:
+        with replacing(final, tmp=tmp) as version_dir:  # fsyncs each file and the directory, renames it
             for name, data in out.items():
-                with open(tmp / name, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            fsync_dir(tmp)
-            os.rename(tmp, final)
-            fsync_dir(idir)
-        except OSError as exc:
-            raise StorageUnavailable(f"could not write index version {final}: {exc}") from exc
+                (version_dir / name).write_bytes(data)
         single = np.ones(len(pair_first), bool)
         multi_pair = np.searchsorted(pair_first, runs.multi_first)
         single[multi_pair] = False
@@ -553,7 +544,7 @@ class IndexBuilder:
         if not path.exists():
             return
         trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
-        os.rename(path, trash)
+        os.rename(path, trash)  # not a publication: takes the version out of sight before it is deleted
         shutil.rmtree(trash, ignore_errors=True)
 
     # -- info --------------------------------------------------------------------------

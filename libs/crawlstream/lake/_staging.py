@@ -8,8 +8,9 @@ the log is replayed at start-up. A crash between publishing and truncating repub
 those rows: the lake tolerates duplicates across files (readers keep one row per
 (dataset_id, url)), so this costs bytes, never answers.
 
-Record: ``>II`` (payload length, crc32 of the payload) + payload (UTF-8 JSON list of rows).
-A torn or corrupt tail (a crash during append) is truncated at the last good record.
+Record: a big-endian ``crawlstream.durable`` frame (``>II``: payload length, crc32 of the
+payload) + payload (UTF-8 JSON list of rows). A torn tail (a crash during append), and a record
+failing its CRC, end the good records: ``replay`` truncates the log at the last good one.
 
 Each sink instance owns one directory and holds an exclusive ``flock`` on its ``LOCK``
 file while open; :func:`orphaned_logs` finds sibling directories nobody holds, so a
@@ -21,13 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crawlstream.durable import try_lock_exclusive
+from crawlstream.durable import encode_frame, iter_frames, try_lock_exclusive
 from crawlstream.errors import StorageUnavailable
 
 __all__ = ["Row", "StagingLog", "orphaned_logs"]
@@ -37,7 +36,6 @@ logger = logging.getLogger(__name__)
 Row = tuple[int, str, str, int | None, str | None]
 """(dataset_id, canonical url, domain, ts_ms, extras JSON text): ``LakeWriter.add``'s arguments."""
 
-_HEADER = struct.Struct(">II")
 LOG_NAME = "rows.log"
 LOCK_NAME = "LOCK"
 
@@ -91,7 +89,7 @@ class StagingLog:
             return
         payload = json.dumps(rows, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         try:
-            self._fh.write(_HEADER.pack(len(payload), zlib.crc32(payload)) + payload)
+            self._fh.write(encode_frame(payload, byteorder="big"))
             self._fh.flush()
             if self.fsync:
                 os.fsync(self._fh.fileno())
@@ -123,17 +121,15 @@ def _read(path: Path) -> Iterator[Row]:
     except FileNotFoundError:
         return
     pos = 0
-    while pos + _HEADER.size <= len(data):
-        length, crc = _HEADER.unpack_from(data, pos)
-        payload = data[pos + _HEADER.size : pos + _HEADER.size + length]
-        if len(payload) < length or zlib.crc32(payload) != crc:
-            break
-        batch: list[Any] = json.loads(payload)
+    for frame in iter_frames(data, byteorder="big"):
+        if not frame.intact:
+            break  # damage ends the good batches, as a torn tail does
+        batch: list[Any] = json.loads(bytes(frame.payload))
         for r in batch:
             if len(r) == 6:  # staged before the lake derived url_key (ADR 007): drop the key
                 r = r[:3] + r[4:]
             yield (int(r[0]), str(r[1]), str(r[2]), r[3], r[4])
-        pos += _HEADER.size + length
+        pos = frame.end
     if pos < len(data):
         logger.warning("staging log %s: torn tail of %d bytes truncated (crash during append)", path, len(data) - pos)
         with open(path, "r+b") as fh:

@@ -9,13 +9,12 @@ Contract for callers (the ``crawlstream ingest`` command, the parquet-sink servi
 * Every file is sorted by (domain, url) and holds each (dataset_id, url) once (first row
   kept). Duplicates *across* files (a replay, two ingests) are removed by readers and by
   ``crawlstream index compact``; see docs/decisions/004-lake-row-groups.md.
-* Files appear atomically (temp name, fsync, rename, fsync dir).
+* Files appear atomically (``crawlstream.durable.replacing``: temp name, fsync, rename, fsync dir).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -28,8 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from crawlstream.durable import fsync_dir
-from crawlstream.errors import StorageUnavailable
+from crawlstream.durable import replacing
 from crawlstream.lake._files import REPLACES_KEY, partition_dir
 from crawlstream.lake._schema import LAKE_SCHEMA, host_prefix, split_url
 
@@ -100,26 +98,18 @@ def write_lake_file(
     kind = "part-c-" if replaces else "part-"  # compaction output is recognisable by name
     name = f"{kind}{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
     final = directory / name
-    tmp = directory / f".{name}.tmp"
     if replaces:
         table = table.replace_schema_metadata({REPLACES_KEY: json.dumps(list(replaces)).encode()})
-    try:
+    with replacing(final) as staging:
         pq.write_table(
             table,
-            tmp,
+            staging,
             row_group_size=row_group_rows,
             **parquet_options(zstd_level),
             # The Arrow schema costs ~700 B per file (many files are small); the Parquet types map
             # back to LAKE_SCHEMA. Compacted files need it: it carries `replaces`.
             store_schema=bool(replaces),
         )
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, final)
-        fsync_dir(directory)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StorageUnavailable(f"could not publish lake file in {directory}: {exc}") from exc
     return final, final.stat().st_size
 
 

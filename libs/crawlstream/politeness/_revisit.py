@@ -13,20 +13,22 @@ A file whose slice has ended and whose records were all handed out is deleted (a
 cursor that says so was stored). Within a file records are in write order, which is due
 order for one writer with a steady clock; a reader stops at the first record not yet due.
 
-Record (pure codec below): u32 payload length, u32 crc32 of the payload, payload = u64
-due_ms, u64 url_key, u16 depth, then five u16-length-prefixed UTF-8 strings: domain, url,
-ETag, Last-Modified, content hash (empty = none).
+Record (pure codec below): a little-endian ``crawlstream.durable`` frame (u32 payload length,
+u32 crc32 of the payload), payload = u64 due_ms, u64 url_key, u16 depth, then five
+u16-length-prefixed UTF-8 strings: domain, url, ETag, Last-Modified, content hash (empty =
+none). A torn tail, and a record that fails its CRC or does not decode, end the good records:
+reading stops before it, and the first append of a process cuts the file there.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from crawlstream.durable import encode_frame, fsync_dir, iter_frames
 from crawlstream.errors import StorageUnavailable
 
 __all__ = [
@@ -38,7 +40,6 @@ __all__ = [
     "encode_revisit",
 ]
 
-_PREFIX = struct.Struct("<II")
 _FIXED = struct.Struct("<QQH")
 _LEN = struct.Struct("<H")
 _MAX_PAYLOAD = 64 * 1024
@@ -118,23 +119,18 @@ def encode_revisit(record: RevisitRecord) -> bytes:
         + _field(v.last_modified)
         + _field(v.content_hash)
     )
-    return _PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+    return encode_frame(payload)
 
 
 def decode_revisits(data: bytes | memoryview, base_offset: int = 0) -> tuple[list[tuple[RevisitRecord, int]], int]:
     """Whole records of ``data`` with the file offset after each; stops at the first torn or
     corrupt one. Returns ``(records, valid_end)`` (offsets counted from ``base_offset``)."""
-    view = memoryview(data)
     out: list[tuple[RevisitRecord, int]] = []
-    pos = 0
-    while len(view) - pos >= _PREFIX.size:
-        length, crc = _PREFIX.unpack_from(view, pos)
-        start = pos + _PREFIX.size
-        if length < _FIXED.size or length > _MAX_PAYLOAD or start + length > len(view):
-            break
-        payload = view[start : start + length]
-        if zlib.crc32(payload) != crc:
-            break
+    end = base_offset
+    for frame in iter_frames(data, base_offset=base_offset, min_size=_FIXED.size, max_size=_MAX_PAYLOAD):
+        if not frame.intact:
+            break  # damage ends the good records, as a torn tail does
+        payload = frame.payload
         try:
             due_ms, key, depth = _FIXED.unpack_from(payload)
             at = _FIXED.size
@@ -142,17 +138,17 @@ def decode_revisits(data: bytes | memoryview, base_offset: int = 0) -> tuple[lis
             for _ in range(5):
                 (n,) = _LEN.unpack_from(payload, at)
                 at += _LEN.size
-                if at + n > length:
+                if at + n > len(payload):
                     raise ValueError("field past the record's end")
                 fields.append(bytes(payload[at : at + n]).decode("utf-8", "surrogatepass"))
                 at += n
         except (struct.error, ValueError):  # UnicodeDecodeError is a ValueError
             break  # the CRC matched bytes no encoder writes: corrupt all the same
-        pos = start + length
+        end = frame.end
         domain, url, etag, modified, chash = fields
         validators = Validators(etag or None, modified or None, chash or None)
-        out.append((RevisitRecord(due_ms, key, depth, domain, url, validators), base_offset + pos))
-    return out, base_offset + pos
+        out.append((RevisitRecord(due_ms, key, depth, domain, url, validators), end))
+    return out, end
 
 
 class RevisitFiles:
@@ -232,11 +228,7 @@ class RevisitFiles:
                 finally:
                     os.close(fd)
             for directory in {p.parent for p in dirty}:
-                fd = os.open(directory, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_dir(directory)
         except FileNotFoundError:
             pass  # read and removed meanwhile
         except OSError as exc:

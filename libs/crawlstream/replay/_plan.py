@@ -11,13 +11,13 @@ tells a replay directory from any other non-empty directory, which is refused.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from crawlstream.durable import write_atomically
 from crawlstream.errors import ConfigError
 from crawlstream.topics import REPLAY_SOURCES
 
@@ -42,13 +42,8 @@ class ReplayState:
     events: int = 0
 
     def save(self, into: Path) -> None:
-        """Atomically (write, fsync, rename): a crash never leaves half a state file."""
-        tmp = into / f".{STATE_FILE}.tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(asdict(self), out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, into / STATE_FILE)
+        """Atomically (``write_atomically``: write, fsync, rename): a crash never leaves half a state file."""
+        write_atomically(into / STATE_FILE, json.dumps(asdict(self)).encode("utf-8"))
 
 
 def prepare_target(into: Path, topics: Sequence[str], *, from_beginning: bool = False) -> tuple[ReplayState, bool]:

@@ -39,7 +39,8 @@ head and server address, ``_response``) sits inside the compressed frame so it c
 against the domain dictionary; the binary header is all a scan needs to frame,
 check and skip records.
 
-Log record: u32 payload_len | u32 crc32(payload) | payload (compact JSON object).
+Log record: u32 payload_len | u32 crc32(payload) | payload (compact JSON object): a little-endian
+frame of ``crawlstream.durable`` (``encode_frame``, read with ``iter_frames``).
 
 Index snapshot (``index-<gen>.snap``): one zstd frame (content checksum on) of
 ``b"CSIX3\n" | u32 json_len | JSON columns | 16-byte content hashes``; see
@@ -48,6 +49,7 @@ Index snapshot (``index-<gen>.snap``): one zstd frame (content checksum on) of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import zlib
@@ -58,6 +60,7 @@ from typing import Any
 import xxhash
 import zstandard as zstd
 
+from crawlstream.durable import encode_frame, iter_frames
 from crawlstream.errors import BadDataError, ChecksumMismatch
 
 __all__ = [
@@ -92,7 +95,6 @@ SKIPPABLE_MAGIC = 0x184D2A5D
 _SKIP = struct.Struct("<II")
 _HEADER = struct.Struct("<BBIQQqQQ16sQI")
 _CRC = struct.Struct("<I")
-_LOG = struct.Struct("<II")
 _GROUP = struct.Struct("<BBIIQH")
 _MEMBER = struct.Struct("<BIIQ")
 VERSION = 3
@@ -463,8 +465,7 @@ def _resync(view: memoryview, pos: int) -> int | None:
 
 
 def encode_log_record(obj: dict[str, Any]) -> bytes:
-    payload = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-    return _LOG.pack(len(payload), zlib.crc32(payload)) + payload
+    return encode_frame(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def decode_log_records(buf: bytes) -> tuple[list[dict[str, Any]], int, int]:
@@ -472,30 +473,22 @@ def decode_log_records(buf: bytes) -> tuple[list[dict[str, Any]], int, int]:
 
     Stops at a torn tail (``valid_end`` is where the file should be truncated); a record
     whose crc fails but whose length is plausible is skipped and counted, and so is one
-    whose payload is not a JSON object.
+    whose payload is not a JSON object: this format's answer to the damage that
+    ``crawlstream.durable.iter_frames`` reports.
     """
     out: list[dict[str, Any]] = []
     pos = 0
     skipped = 0
-    end = len(buf)
-    while pos + _LOG.size <= end:
-        length, crc = _LOG.unpack_from(buf, pos)
-        stop = pos + _LOG.size + length
-        if stop > end:
-            break
-        payload = buf[pos + _LOG.size : stop]
-        if zlib.crc32(payload) != crc:
-            skipped += 1
+    for frame in iter_frames(buf):
+        pos = frame.end
+        record = None
+        if frame.intact:
+            with contextlib.suppress(*_JSON_ERRORS):
+                record = json.loads(bytes(frame.payload))
+        if isinstance(record, dict):
+            out.append(record)
         else:
-            try:
-                record = json.loads(payload)
-            except _JSON_ERRORS:
-                record = None
-            if isinstance(record, dict):
-                out.append(record)
-            else:
-                skipped += 1
-        pos = stop
+            skipped += 1
     return out, pos, skipped
 
 

@@ -1,4 +1,5 @@
-"""File edges of the store: append-only files, positional reads, durable small writes.
+"""File edges of the store: append-only files and positional reads (the store's small files are
+published whole with ``crawlstream.durable.write_atomically``).
 
 Every write is one ``os.write`` of a whole record on an unbuffered descriptor, so a kill -9
 leaves either the whole record in the page cache or a torn tail that start-up truncates;

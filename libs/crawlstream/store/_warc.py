@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -37,7 +36,8 @@ from urllib.parse import urlsplit
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawlstream.errors import ChecksumMismatch, StorageUnavailable
+from crawlstream.durable import atomic_file
+from crawlstream.errors import ChecksumMismatch
 
 if TYPE_CHECKING:
     from crawlstream.store._model import Entry
@@ -225,49 +225,25 @@ def export_warc_files(
 ) -> tuple[list[Path], int, int]:
     """Write the pages to ``split_name(out, 0)``, ``split_name(out, 1)`` ...: a new file begins
     once the current one has reached ``max_file_bytes`` (a page's records never straddle two
-    files, so a file may pass the limit by one page). Each file is written to ``.tmp`` and
-    renamed when complete. Returns (files, pages written, skipped)."""
+    files, so a file may pass the limit by one page). Each file is written to a temporary file
+    and published when complete (``crawlstream.durable.atomic_file``: a failed export leaves no
+    partial file under a final name). Returns (files, pages written, skipped)."""
     if max_file_bytes <= 0:
         raise ValueError(f"max_file_bytes must be positive, got {max_file_bytes}")
     files: list[Path] = []
     pages = _Pages(store, domain)
+    todo = iter(pages)
+    page = next(todo, None)
     written = 0
-    fh: IO[bytes] | None = None
-    writer: WARCWriter | None = None
-
-    def start() -> WARCWriter:
-        nonlocal fh
+    while page is not None or not files:  # nothing to export: still one valid file, with its warcinfo
         files.append(split_name(out, len(files)))
-        fh = open(_tmp(files[-1]), "wb")  # noqa: SIM115 - one file per part: closed below, then renamed
-        new = WARCWriter(fh, gzip=True, warc_version="1.1")
-        _warcinfo(new, files[-1].name)
-        return new
-
-    def finish() -> None:
-        nonlocal fh
-        assert fh is not None
-        fh.close()
-        fh = None
-        os.replace(_tmp(files[-1]), files[-1])
-
-    try:
-        for entry, body, response in pages:
-            if writer is None or (fh is not None and fh.tell() >= max_file_bytes):
-                if fh is not None:
-                    finish()
-                writer = start()
-            _write_page(writer, entry, body, response)
-            written += 1
-        if writer is None:  # nothing to export: still one valid file, with its warcinfo
-            start()
-        finish()
-    except OSError as exc:
-        raise StorageUnavailable(f"could not write WARC file {files[-1] if files else out}: {exc}") from exc
-    finally:
-        if fh is not None:  # failed midway: the part stays as .tmp, never under its final name
-            fh.close()
+        with atomic_file(files[-1]) as fh:
+            writer = WARCWriter(fh, gzip=True, warc_version="1.1")
+            _warcinfo(writer, files[-1].name)
+            while page is not None:
+                _write_page(writer, *page)
+                written += 1
+                page = next(todo, None)
+                if fh.tell() >= max_file_bytes:
+                    break
     return files, written, pages.skipped
-
-
-def _tmp(path: Path) -> Path:
-    return path.with_name(path.name + ".tmp")

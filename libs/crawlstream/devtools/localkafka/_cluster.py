@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from crawlstream.devtools.localproc import die_with_parent, free_port, stop_processes
+from crawlstream.durable import write_atomically
 from crawlstream.errors import BusUnavailable, ConfigError
 
 __all__ = ["KAFKA_VERSION", "LocalKafka", "find_kafka_libs"]
@@ -300,7 +301,7 @@ class LocalKafka:
         cluster_id = recorded.get("cluster_id") or self._random_cluster_id()
         ports = [[n.port, n.controller_port] for n in nodes]
         state = {"brokers": self.brokers, "cluster_id": cluster_id, "ports": ports}
-        state_file.write_text(json.dumps(state))
+        write_atomically(state_file, json.dumps(state).encode())  # a kill mid-write must not leave half of it
         self._cluster_id = cluster_id
         return nodes
 
