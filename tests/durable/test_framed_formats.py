@@ -23,7 +23,7 @@ from crawlstream.politeness._revisit import (
     decode_revisits,
     encode_revisit,
 )
-from crawlstream.services.parquet_sink._staging import Row, StagingLog
+from crawlstream.lake._staging import Row, StagingLog
 from crawlstream.store._codec import decode_log_records, encode_log_record
 from crawlstream.store._logs import read_log
 
@@ -64,7 +64,7 @@ def frame_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def _framed_modules() -> list[object]:
     from crawlstream.frontier import _records
     from crawlstream.politeness import _revisit
-    from crawlstream.services.parquet_sink import _staging
+    from crawlstream.lake import _staging
     from crawlstream.store import _codec
 
     return [_codec, _records, _revisit, _staging]

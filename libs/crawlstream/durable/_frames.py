@@ -28,8 +28,7 @@ after a 20-byte header)
 revisit files             little     fixed fields .. 64 KiB      ends the good data: cut before the first
 (``politeness._revisit``)                                        append of a process (as a torn tail)
 parquet-sink staging log  big        none                        ends the good data: ``replay`` truncates
-(``services.parquet_sink                                         the log there, with a warning
-._staging``)
+(``lake._staging``)                                              the log there, with a warning
 ========================= ========== =========================== =========================================
 
 A payload the format cannot decode although its CRC matched is the format's business too
