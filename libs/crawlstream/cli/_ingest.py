@@ -28,6 +28,10 @@ from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 EXIT_DAMAGED = 3  # imported, but an input was damaged part-way (its readable rows are in)
 
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("lake", "bus", "metrics")
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "ingest",

@@ -56,6 +56,7 @@ from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED, URLS_FRONTIER
 __all__ = [
     "CRAWL_SERVICES",
     "DEFAULT_SERVICES",
+    "SETTINGS_SECTIONS",
     "crawl_processes",
     "log_to_data_dir",
     "open_run_host",
@@ -70,6 +71,10 @@ logger = logging.getLogger(__name__)
 CRAWL_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
 # Run by default when this build has them (content store and lake).
 DEFAULT_SERVICES = (*CRAWL_SERVICES, "bucket-compressor", "parquet-sink")
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): None = every one.
+SETTINGS_SECTIONS: tuple[str, ...] | None = None
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -13,6 +13,9 @@ from typing import TextIO
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, RecompressReport
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("store",)
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("store", help="verify, repair and describe the content store")
