@@ -4,7 +4,9 @@ services/<name>/; both install as one `crawlstream` package (services as
 
 from setuptools import find_packages, setup
 
-_service_packages = ["crawlstream.services", "crawlstream.schemas"] + [
+# schemas/history/ holds only .avsc files, but its name is importable: setuptools warns at every
+# build unless it is a package of its own (a data-only dir named like a module must be listed here).
+_service_packages = ["crawlstream.services", "crawlstream.schemas", "crawlstream.schemas.history"] + [
     f"crawlstream.services.{name}" for name in find_packages("services")
 ]
 
@@ -15,6 +17,7 @@ setup(
     package_dir={"": "libs", "crawlstream.services": "services", "crawlstream.schemas": "schemas"},
     package_data={
         "crawlstream": ["py.typed"],
-        "crawlstream.schemas": ["*.avsc", "*.json", "history/*.avsc", "test-vectors/*.json"],
+        "crawlstream.schemas": ["*.avsc", "*.json", "test-vectors/*.json"],
+        "crawlstream.schemas.history": ["*.avsc"],
     },
 )
