@@ -3,7 +3,7 @@
 ``configure_logging`` is called once by each entry point (``crawlstream``'s ``main``; a test may
 call it again: each call replaces the handler the previous one installed). Two formats:
 
-- ``text``: ``2025-01-01 12:00:00,000 INFO crawlstream.x: message`` (the default, for terminals);
+- ``text``: ``2025-01-01 12:00:00,000 INFO crawlstream.cli: message`` (the default, for terminals);
 - ``json``: one JSON object per line, for log shippers: ``ts`` (UTC, ISO 8601, ms), ``level``,
   ``logger``, ``message``, ``service``, then whichever of ``topic``, ``partition``, ``offset``,
   ``domain``, ``url_key`` the call site passed with ``extra=`` (``log_fields`` builds that dict),

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,9 +133,33 @@ def _shown(page: Any) -> list[dict[str, str]]:
     return list(
         page.eval_on_selector_all(
             "[data-field]",
-            "els => els.map(e => ({field: e.dataset.field, value: e.dataset.value ?? '', text: e.textContent}))",
+            "els => els.map(e => ({field: e.dataset.field, format: e.dataset.format ?? 'int', "
+            "value: e.dataset.value ?? '', text: e.textContent}))",
         )
     )
+
+
+def _human_age(seconds: float) -> str:
+    """How the page writes an age (the test's own statement of it)."""
+    s = max(0, round(seconds))
+    if s < 10:
+        return "just now"
+    if s < 60:
+        return f"{s} s ago"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min ago"
+    if minutes < 24 * 60:
+        big, small = f"{minutes // 60} h", f"{minutes % 60} min" if minutes % 60 else ""
+    else:
+        big, small = f"{minutes // 1440} d", f"{minutes % 1440 // 60} h" if minutes % 1440 // 60 else ""
+    return " ".join(filter(None, (big, small, "ago")))
+
+
+def test_the_age_wording() -> None:
+    assert [_human_age(s) for s in (0, 9.4, 42, 2566, 3590, 7500, 7200, 93784)] == [
+        "just now", "just now", "42 s ago", "43 min ago", "1 h ago", "2 h 5 min ago", "2 h ago", "1 d 2 h ago",
+    ]  # fmt: skip
 
 
 def _assert_page_shows(doc: dict[str, Any], shown: list[dict[str, str]]) -> None:
@@ -145,14 +170,17 @@ def _assert_page_shows(doc: dict[str, Any], shown: list[dict[str, str]]) -> None
         if expected is None:
             assert (el["value"], el["text"]) == ("", "n/a"), el
             continue
+        if el["format"] == "age":
+            assert float(el["value"]) == expected and el["text"] == _human_age(expected), el
+            continue
         if isinstance(expected, float):  # JavaScript writes 2.0 as "2"
             assert float(el["value"]) == expected, el
-            shown_text = el["text"].split()[0].rstrip("x")  # "8.2", "1.23x", "3 s ago": rounded as shown
+            shown_text = el["text"].split()[0].rstrip("x")  # "8.2", "1.23x": rounded as shown
             decimals = len(shown_text.partition(".")[2])
             assert float(shown_text) == pytest.approx(expected, abs=0.5 * 10**-decimals + 1e-9), el
             continue
         assert el["value"] == str(expected), el
-        if isinstance(expected, int) and not el["text"].endswith(("B", "s ago")):  # bytes, ages: formatted
+        if isinstance(expected, int) and not el["text"].endswith("B"):  # bytes: formatted
             assert el["text"] == str(expected), el
 
 
@@ -280,3 +308,66 @@ def test_status_page_asks_for_a_token_when_reads_need_one_and_shows_na_for_missi
             assert "every dataset" in page.inner_text("#token-message")
         finally:
             context.close()
+
+
+def test_status_page_writes_ages_in_words_and_the_stores_last_saved_numbers(browser: Any, tmp_path: Path) -> None:
+    """Issue 24: ages read "43 min ago", not "2566 s ago"; an API beside the store's writer shows
+    the URLs, raw bytes and ratio last saved (with their age) instead of n/a. The page is served
+    from its module strings and fed crafted /v1/status answers (no server: Playwright routes)."""
+    from crawlstream.api._status_page import POLL_MS, STATUS_CSS, STATUS_JS, status_html
+    from crawlstream.crawl import CrawlStats, save_stats
+    from crawlstream.status import StatusCollector
+    from crawlstream.store import ContentStore
+
+    data_dir = tmp_path / "data"
+    with ContentStore(data_dir / "store") as store:
+        for i in range(5):
+            store.put(f"http://a{i}.example/", b"<html>" + b"words and words " * 100 + b"</html>")
+        StatusCollector(data_dir, bus=None, bus_backend=None, store=store).collect()  # saves its stats
+    save_stats(data_dir / "crawl" / "stats.json", CrawlStats(results=7, pages=5))
+
+    def answer(after_s: float) -> dict[str, Any]:
+        """What an API that sizes the files answers ``after_s`` seconds after both saves."""
+        clock = time.time() + after_s
+        return StatusCollector(data_dir, bus=None, bus_backend=None, wall_clock=lambda: clock).collect()
+
+    answers = [answer(2566), answer(7500), answer(93784), answer(0)]
+    served = [answers[0]]  # what /v1/status answers now
+    html = status_html(anonymous_reads=True).replace(f'data-poll-ms="{POLL_MS}"', 'data-poll-ms="100"')
+    files = {"/status": (html, "text/html"), "/status/status.js": (STATUS_JS, "text/javascript"),
+             "/status/status.css": (STATUS_CSS, "text/css")}  # fmt: skip
+
+    def route(r: Any) -> None:
+        path = urllib.parse.urlsplit(r.request.url).path
+        if path == "/v1/status":
+            r.fulfill(json=served[0])
+        elif path in files:
+            r.fulfill(body=files[path][0], content_type=files[path][1])
+        else:
+            r.fulfill(status=404)
+
+    page = browser.new_page()
+    errors = _console_errors(page)
+    try:
+        page.route("http://status.test/**", route)
+        page.goto("http://status.test/status")
+        texts = []
+        for doc in answers:
+            served[0] = doc
+            page.wait_for_function(
+                "at => document.body.dataset.generatedAt === at", arg=str(doc["generated_at_ms"]), timeout=10_000
+            )
+            _assert_page_shows(doc, _shown(page))
+            texts.append((
+                page.inner_text("[data-field='crawl.stats_age_s']"), page.inner_text("[data-field='store.stats_age_s']")
+            ))  # fmt: skip
+            assert page.inner_text("[data-field='store.urls']") == "5"
+            assert page.inner_text("[data-field='store.ratio']").endswith("x")
+            assert page.inner_text("#store-note") == "(URLs, raw and ratio as last saved)"
+    finally:
+        page.close()
+    assert texts == [
+        ("43 min ago", "43 min ago"), ("2 h 5 min ago", "2 h 5 min ago"), ("1 d 2 h ago", "1 d 2 h ago"),
+        ("just now", "just now"),
+    ]  # fmt: skip
+    assert errors == []

@@ -21,7 +21,7 @@ from crawlstream.crawl import ERROR_OUTCOMES, CrawlStats, save_stats
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import FetchResult
 from crawlstream.settings import load
-from crawlstream.status import EmbeddedOffsets, StatusCollector, TopCounts
+from crawlstream.status import STORE_STATS_FILE, EmbeddedOffsets, StatusCollector, TopCounts, read_store_stats
 from crawlstream.status._kafka_offsets import KafkaOffsets
 from crawlstream.store import ContentStore
 
@@ -187,16 +187,60 @@ def test_collector_of_an_empty_or_damaged_data_dir_answers_with_nones(tmp_path: 
     assert doc["index"] is None and "KeyError" in doc["unavailable"]["index"]
 
 
+def _fill_store(store: ContentStore, pages: int) -> None:
+    for i in range(pages):
+        store.put(f"http://a{i % 3}.com/{i}", b"<html>" + b"same text " * 200 + b"</html>")
+
+
 def test_collector_uses_the_stores_own_stats_when_this_process_holds_it(tmp_path: Path) -> None:
+    clock = _Clock()
     with ContentStore(tmp_path / "store") as store:
-        for i in range(20):
-            store.put(f"http://a{i % 3}.com/{i}", b"<html>" + b"same text " * 200 + b"</html>")
-        doc = StatusCollector(tmp_path, bus=None, bus_backend=None, store=store).collect()
+        _fill_store(store, 20)
+        doc = StatusCollector(tmp_path, bus=None, bus_backend=None, store=store, wall_clock=clock).collect()
     st = doc["store"]
     assert st["source"] == "store" and st["urls"] == 20 and st["raw_bytes"] == 20 * 2013
     assert st["ratio"] == pytest.approx(st["raw_bytes"] / st["stored_bytes"], abs=1e-3) and st["ratio"] > 1
-    files = StatusCollector(tmp_path, bus=None, bus_backend=None).collect()["store"]
-    assert files["source"] == "files" and files["ratio"] is None and files["stored_bytes"] > 0
+    assert st["stats_age_s"] == 0.0
+    # Saved as read: a later API that only sizes the files (the store has a writer elsewhere)
+    # shows them, with their age, beside the files' sizes now.
+    assert read_store_stats(tmp_path) == {k: v for k, v in st.items() if k not in ("source", "stats_age_s")} | {
+        "saved_at_ms": 1_000_000
+    }
+    clock.now += 2566
+    files = StatusCollector(tmp_path, bus=None, bus_backend=None, wall_clock=clock).collect()["store"]
+    assert files["source"] == "files" and files["stored_bytes"] > 0
+    assert (files["urls"], files["raw_bytes"], files["ratio"]) == (20, 20 * 2013, st["ratio"])
+    assert files["quarantined_urls"] == 0 and files["stats_age_s"] == 2566.0
+
+
+def test_without_saved_store_stats_only_the_files_are_sized(tmp_path: Path) -> None:
+    with ContentStore(tmp_path / "store") as store:
+        _fill_store(store, 3)
+    files = StatusCollector(tmp_path, bus=None, bus_backend=None).collect()
+    st = files["store"]
+    assert st["source"] == "files" and st["stored_bytes"] > 0 and "hot" in st["bytes_by_tier"]
+    assert st["urls"] is st["raw_bytes"] is st["ratio"] is st["stats_age_s"] is None
+    assert "store" not in files["unavailable"]
+    (tmp_path / STORE_STATS_FILE).parent.mkdir()
+    (tmp_path / STORE_STATS_FILE).write_text('{"urls": 3, "saved_at')  # torn: as if none
+    damaged = StatusCollector(tmp_path, bus=None, bus_backend=None).collect()["store"]
+    assert damaged == st | {"stored_bytes": damaged["stored_bytes"]}
+
+
+def test_store_stats_and_maintain_save_what_they_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlstream.cli import main
+
+    with ContentStore(tmp_path / "store") as store:
+        _fill_store(store, 5)
+    assert main(["store", "stats", "--data-dir", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = read_store_stats(tmp_path)
+    assert saved is not None and saved["urls"] == printed["urls"] == 5 and saved["ratio"] == printed["ratio"]
+    assert abs(saved["saved_at_ms"] / 1000 - time.time()) < 60
+    assert main(["store", "maintain", "--now", "--data-dir", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    saved = read_store_stats(tmp_path)
+    assert saved is not None and saved["stored_bytes"] == printed["stored_bytes"] and saved["urls"] == 5
 
 
 @pytest.mark.kafka

@@ -3,6 +3,7 @@ summary and the API banner; the log lines go to a file in the data dir (issue 14
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -74,3 +75,25 @@ def test_an_explicit_log_level_keeps_the_log_lines_on_the_terminal(tmp_path: Pat
     assert proc.returncode == 2  # nothing to crawl: a usage error, after the bus opened and logged
     assert "embedded bus open" in proc.stderr and "log lines go to" not in proc.stderr
     assert not (tmp_path / "d" / "logs").exists()
+
+
+def test_ingest_leaves_only_its_progress_and_summary_on_the_terminal(tmp_path: Path) -> None:
+    """Issue 24: the embedded bus's INFO lines (open, topics created, closed) and the invalid-rows
+    WARNING the progress line already counts went to the terminal; they go to the log file."""
+    urls = tmp_path / "urls.txt"
+    urls.write_text("https://example.com/a\nhttps://example.org/b\nnot a url\n")
+    data_dir = tmp_path / "d"
+    env = {k: v for k, v in os.environ.items() if k != "CRAWLSTREAM_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "crawlstream", "ingest", str(urls), "--dataset-id", "3", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["valid"] == 2
+    log_file = data_dir / "logs" / "crawlstream.log"
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"crawlstream ingest: log lines go to {log_file} (--log-level LEVEL shows them here)"
+    assert lines[1:] and all(line.startswith("ingest dataset 3: 3 rows, ") for line in lines[1:]), lines
+    assert not re.search(r" (DEBUG|INFO|WARNING|ERROR) ", proc.stderr)
+    logged = log_file.read_text()
+    assert "embedded bus at" in logged and "closed" in logged and "invalid rows" in logged

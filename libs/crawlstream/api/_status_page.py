@@ -5,7 +5,7 @@ request starts after the previous answer, so a slow API is never asked twice at 
 fills elements marked ``data-field`` (a path into the JSON answer) or rebuilds the small
 tables. Every number element carries the raw value in ``data-value`` next to its text, and
 ``<body data-generated-at>`` names the answer shown, so a test can compare the page with
-the API. A missing value shows ``n/a``.
+the API. A missing value shows ``n/a``; ages show as "just now", "43 min ago", "2 h 5 min ago".
 
 Tokens: the HTML says whether the API allows anonymous reads (``data-anonymous``). When it
 does not, the page asks for a token before its first request, keeps it in
@@ -82,13 +82,14 @@ _HTML = """<!doctype html>
     </table>
   </section>
   <section>
-    <h2>Content store</h2>
+    <h2>Content store <span id="store-note" class="note"></span></h2>
     <dl class="numbers">
       <dt>URLs</dt><dd data-field="store.urls"></dd>
       <dt>on disk</dt><dd data-field="store.stored_bytes" data-format="bytes"></dd>
       <dt>raw</dt><dd data-field="store.raw_bytes" data-format="bytes"></dd>
       <dt>ratio</dt><dd data-field="store.ratio" data-format="ratio"></dd>
       <dt>quarantined URLs</dt><dd data-field="store.quarantined_urls"></dd>
+      <dt>stats saved</dt><dd data-field="store.stats_age_s" data-format="age"></dd>
     </dl>
   </section>
   <section>
@@ -152,12 +153,25 @@ STATUS_JS = r"""
     return v === undefined ? null : v;
   }
 
+  // "just now", "42 s ago", "43 min ago", "2 h 5 min ago", "3 d 4 h ago"
+  function age(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 10) return "just now";
+    if (s < 60) return s + " s ago";
+    const minutes = Math.round(s / 60);
+    if (minutes < 60) return minutes + " min ago";
+    const [big, bigUnit, small, smallUnit] = minutes < 24 * 60
+      ? [Math.floor(minutes / 60), " h", minutes % 60, " min"]
+      : [Math.floor(minutes / 1440), " d", Math.floor((minutes % 1440) / 60), " h"];
+    return big + bigUnit + (small ? " " + small + smallUnit : "") + " ago";
+  }
+
   function format(value, kind) {
     if (value === null || value === undefined) return "n/a";
     if (kind === "text") return String(value);
     if (kind === "rate") return Number(value).toFixed(1);
     if (kind === "ratio") return Number(value).toFixed(2) + "x";
-    if (kind === "age") return Number(value).toFixed(0) + " s ago";
+    if (kind === "age") return age(Number(value));
     if (kind === "bytes") {
       const units = ["B", "kB", "MB", "GB", "TB"];
       let v = Number(value), i = 0;
@@ -221,6 +235,9 @@ STATUS_JS = r"""
          "no page yet");
     document.getElementById("top-exact").textContent =
       top ? (top.exact ? "(exact)" : "(counts may be over by up to " + top.max_error + ")") : "";
+    const store = doc.store;
+    document.getElementById("store-note").textContent = !store || store.source !== "files" ? ""
+      : store.stats_age_s === null ? "(URLs, raw and ratio: none saved yet)" : "(URLs, raw and ratio as last saved)";
     body.dataset.generatedAt = String(doc.generated_at_ms);
     state.textContent = "live, updated " + new Date(doc.generated_at_ms).toLocaleTimeString();
     state.className = "state live";

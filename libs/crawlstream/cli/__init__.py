@@ -1,7 +1,9 @@
 """The ``crawlstream`` command: the one entry point that reads the environment.
 
 Each sub-command lives in its own module ``crawlstream.cli._<name>`` exposing
-``register(subparsers)``; the module sets ``func(args, settings) -> int`` as the parser
+``register(subparsers, common)`` (``common``: the parent parser of the settings flags) and
+``SETTINGS_SECTIONS``, the settings sections its ``--help`` lists (None: all; see
+``crawlstream.cli._help``); the module sets ``func(args, settings) -> int`` as the parser
 default. ``main`` parses flags, builds the process's one ``Settings`` (flags > env >
 defaults), configures logging, and runs the command. Errors of the ``CrawlstreamError``
 family end the process with a one-line message and exit code 2 (bad usage/config) or 1.
@@ -16,11 +18,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from crawlstream.cli._help import CommandParser, show_sections
 from crawlstream.errors import ConfigError, CrawlstreamError
 from crawlstream.logs import configure_logging
 from crawlstream.settings import Settings, add_arguments, describe, load
 
-__all__ = ["main"]
+__all__ = ["SETTINGS_SECTIONS", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ _COMMANDS = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="crawlstream",
         description="Polite streaming crawler, compact content store and domain -> datasets -> URLs index.",
     )
@@ -63,7 +66,10 @@ def _parser() -> argparse.ArgumentParser:
             if exc.name != f"crawlstream.cli.{name}":
                 raise
             continue
+        before = set(sub.choices)
         module.register(sub, common)
+        added = [p for name, p in sub.choices.items() if name not in before]
+        show_sections(added, module.SETTINGS_SECTIONS)
     return parser
 
 

@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 _DEMO_BACKOFF_S = 5.0
 
 
+# The settings sections `--help` lists (crawlstream.cli._help): None = every one.
+SETTINGS_SECTIONS: tuple[str, ...] | None = None
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "demo",

@@ -17,6 +17,9 @@ from pathlib import Path
 
 from crawlstream.settings import Settings
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ()
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("demo-web", parents=[common], help="serve a synthetic multi-domain web on 127.0.0.1")

@@ -23,7 +23,11 @@ from crawlstream.errors import ConfigError
 from crawlstream.politeness import DomainOverride, Scheduler
 from crawlstream.settings import Settings
 
-__all__ = ["register"]
+__all__ = ["SETTINGS_SECTIONS", "register"]
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("scheduler",)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -27,7 +27,11 @@ from crawlstream.redisconn import RedisHandle, attach_redis
 from crawlstream.settings import Settings
 from crawlstream.urls import canonicalize
 
-__all__ = ["controls", "domain_of", "register"]
+__all__ = ["SETTINGS_SECTIONS", "controls", "domain_of", "register"]
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ()
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -15,6 +15,9 @@ from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, export_warc
 from crawlstream.store._warc import export_warc_files
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("store",)
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(

@@ -9,6 +9,9 @@ import sys
 from crawlstream.index import IndexBuilder
 from crawlstream.settings import Settings
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("index", "lake")
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("index", help="build, compact, garbage-collect and describe index versions")

@@ -7,6 +7,8 @@ not an error); 1 an input cannot be read as a whole (checked for every file befo
 read, so nothing was imported); 3 imported, but a file was damaged part-way (a truncated
 gzip/zstd stream, a Parquet row group that does not decode): its readable rows are in, the rest
 is counted as ``truncated`` / ``parquet_row_group`` and the file is listed in ``damaged_files``.
+As with ``crawlstream run``, log lines go to ``<data_dir>/logs/crawlstream.log`` unless
+``--log-level`` is given: the terminal keeps the progress line and the summary.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from crawlstream.settings import Settings
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 
 EXIT_DAMAGED = 3  # imported, but an input was damaged part-way (its readable rows are in)
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("lake", "bus", "metrics")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -92,6 +98,9 @@ def _publisher(events: EventProducer) -> Callable[[int, str, str, int | None, st
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.cli._run import log_to_data_dir
+
+    log_to_data_dir(args, settings, "ingest")
     progress = _Progress()
     writer = LakeWriter.from_settings(settings)
     rejects = None if args.no_rejects else settings.data_dir / "rejects" / f"dataset_id={args.dataset_id}"

@@ -20,7 +20,11 @@ from typing import Any
 
 from crawlstream.settings import Settings
 
-__all__ = ["register", "run"]
+__all__ = ["SETTINGS_SECTIONS", "register", "run"]
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("bus",)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -43,7 +43,11 @@ from crawlstream.robots import ImportedRobots
 from crawlstream.settings import Settings
 from crawlstream.topics import IN_LAKE_HEADER, URLS_DISCOVERED, URLS_FRONTIER
 
-__all__ = ["migrate_postgres", "register", "run_postgres"]
+__all__ = ["SETTINGS_SECTIONS", "migrate_postgres", "register", "run_postgres"]
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("bus", "dedupe", "scheduler", "fetch", "store", "lake", "crawl", "metrics")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -21,7 +21,11 @@ from crawlstream.politeness import read_refetch_urls, send_refetch
 from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 
-__all__ = ["register", "run"]
+__all__ = ["SETTINGS_SECTIONS", "register", "run"]
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("bus", "crawl", "store", "metrics")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -26,11 +26,15 @@ from typing import Any
 
 from crawlstream.settings import Settings
 
-__all__ = ["register", "run"]
+__all__ = ["SETTINGS_SECTIONS", "register", "run"]
 
 logger = logging.getLogger(__name__)
 
 _PROGRESS_INTERVAL_S = 1.0
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("bus", "lake", "index", "metrics")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -54,6 +54,7 @@ from crawlstream.topics import FETCH_RESULTS, URLS_DISCOVERED, URLS_FRONTIER
 __all__ = [
     "CRAWL_SERVICES",
     "DEFAULT_SERVICES",
+    "SETTINGS_SECTIONS",
     "crawl_processes",
     "log_to_data_dir",
     "open_run_host",
@@ -68,6 +69,10 @@ logger = logging.getLogger(__name__)
 CRAWL_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
 # Run by default: the crawl loop, the content store and the lake.
 DEFAULT_SERVICES = (*CRAWL_SERVICES, "bucket-compressor", "parquet-sink")
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): None = every one.
+SETTINGS_SECTIONS: tuple[str, ...] | None = None
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

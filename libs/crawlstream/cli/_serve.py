@@ -7,6 +7,9 @@ import argparse
 
 from crawlstream.settings import Settings
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("api", "index", "store", "bus", "metrics")
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(

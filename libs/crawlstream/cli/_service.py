@@ -20,6 +20,10 @@ from crawlstream.settings import Settings, describe
 logger = logging.getLogger(__name__)
 
 
+# The settings sections `--help` lists (crawlstream.cli._help): None = every one.
+SETTINGS_SECTIONS: tuple[str, ...] | None = None
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "service",

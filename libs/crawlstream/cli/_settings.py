@@ -8,6 +8,9 @@ import sys
 
 from crawlstream.settings import Settings, describe, iter_specs
 
+# The settings sections `--help` lists (crawlstream.cli._help): None = every one.
+SETTINGS_SECTIONS: tuple[str, ...] | None = None
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("settings", parents=[common], help="print the effective settings (secrets redacted)")

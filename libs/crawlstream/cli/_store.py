@@ -13,6 +13,9 @@ from typing import TextIO
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, RecompressReport
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("store",)
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("store", help="verify, repair and describe the content store")
@@ -76,8 +79,11 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.status import save_store_stats
+
     with ContentStore.from_settings(settings) as store:
         st = store.stats()
+    save_store_stats(settings.data_dir, st)  # the status page's last known numbers
     out = asdict(st) | {"stored_bytes": st.stored_bytes, "ratio": round(st.ratio, 3)}
     sys.stdout.write(json.dumps(out, indent=2) + "\n")
     return 0
@@ -115,6 +121,8 @@ class MaintainProgress:
 
 
 def run_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    from crawlstream.status import save_store_stats
+
     started = time.monotonic()
     with ContentStore.from_settings(settings) as store:
         backlog = store.maintenance_backlog(ages_zero=args.now)
@@ -124,6 +132,7 @@ def run_maintain(args: argparse.Namespace, settings: Settings) -> int:
         finally:
             progress.finish()
         st = store.stats()
+    save_store_stats(settings.data_dir, st)  # the status page's last known numbers
     elapsed = time.monotonic() - started
     out = {
         "steps": progress.steps,

@@ -15,6 +15,9 @@ from pathlib import Path
 from crawlstream.errors import ConfigError
 from crawlstream.settings import Settings
 
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("api",)
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tokens", help="add, list and revoke the query API's bearer tokens")

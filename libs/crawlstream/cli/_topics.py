@@ -38,7 +38,11 @@ from crawlstream.topics import ALL_TOPICS, dlq_topic
 if TYPE_CHECKING:
     from crawlstream.bus import KafkaBus
 
-__all__ = ["register", "run"]
+__all__ = ["SETTINGS_SECTIONS", "register", "run"]
+
+
+# The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
+SETTINGS_SECTIONS: tuple[str, ...] | None = ("bus",)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -6,7 +6,15 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from crawlstream.settings._core import add_arguments, build, describe, iter_specs, setting
+from crawlstream.settings._core import (
+    GENERAL,
+    SETTINGS_GROUP_PREFIX,
+    add_arguments,
+    build,
+    describe,
+    iter_specs,
+    setting,
+)
 from crawlstream.settings._settings import (
     ApiSettings,
     BusSettings,
@@ -22,6 +30,8 @@ from crawlstream.settings._settings import (
 )
 
 __all__ = [
+    "GENERAL",
+    "SETTINGS_GROUP_PREFIX",
     "ApiSettings",
     "BusSettings",
     "CrawlSettings",

@@ -24,6 +24,11 @@ from crawlstream.errors import ConfigError
 
 T = TypeVar("T")
 
+# The section of the top-level settings (data dir, Kafka, Redis, logging...), and how the
+# argument group of a section's flags is titled in a command's --help ("settings: fetch").
+GENERAL = "general"
+SETTINGS_GROUP_PREFIX = "settings: "
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -75,6 +80,11 @@ class Spec:
     @property
     def dest(self) -> str:
         return "__".join(self.path)
+
+    @property
+    def section(self) -> str:
+        """The section the setting belongs to ("fetch"), or ``GENERAL`` for a top-level one."""
+        return self.path[0] if len(self.path) > 1 else GENERAL
 
 
 def _is_section(tp: Any) -> bool:
@@ -140,9 +150,19 @@ def parse_value(spec: Spec, raw: str | Sequence[str], source: str) -> Any:
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one flag per setting of ``cls``; unset flags stay None so env/defaults apply."""
-    group = parser.add_argument_group("settings (flag > environment > default)")
+    """Add one flag per setting of ``cls``; unset flags stay None so env/defaults apply.
+
+    The flags go in one argument group per section, titled ``SETTINGS_GROUP_PREFIX`` + the
+    section (``settings: general`` first, for the top-level settings).
+    """
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for spec in iter_specs(cls):
+        group = groups.get(spec.section)
+        if group is None:
+            description = "each setting: flag > environment > default" if spec.section == GENERAL else None
+            group = groups[spec.section] = parser.add_argument_group(
+                SETTINGS_GROUP_PREFIX + spec.section, description
+            )
         tp, _ = _base_type(spec.type)
         shown = "<secret>" if spec.secret else spec.default
         # argparse %-formats help texts: a literal "%" (as in "hh % shards") must be doubled.

@@ -4,8 +4,8 @@ One ``Settings`` object is built once per process by the entry point (``crawlstr
 and handed down; components take plain values in ``__init__`` and offer
 ``from_settings(settings)``. A section's fields are named
 ``CRAWLSTREAM_<SECTION>_<FIELD>`` / ``--<section>-<field>`` unless they say otherwise.
-README.md#configuration lists them all (generated from this module by
-``crawlstream settings --markdown``).
+docs/SETTINGS.md lists them all (generated from this module by ``crawlstream settings
+--markdown``; README.md#configuration says how to set them).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ named in ``unavailable``; nothing here raises for a missing or damaged source):
   ``*.dlq`` topics), pages stored (end offsets of ``content.stored``) and the queued URLs
   estimate ``crawlstream run`` prints (``urls.frontier`` minus ``fetch.requests``).
 * **Content store**: the store's own ``stats()`` when this process holds it (the API with
-  ``serve_content``); otherwise the writer (bucket compressor) owns it, and only its file
-  sizes per tier are read, without the ratio (``crawlstream store stats`` gives it).
+  ``serve_content``), saved as it is read; otherwise the writer (bucket compressor) owns it:
+  its file sizes per tier are read now, and the URLs, raw bytes and ratio are the last saved
+  by a process that held it, with their age (``status/_store_stats.py``).
 * **Index**: ``index/manifest.json`` (current version, its stats) and the versions kept.
 
 One collection costs a few file reads per partition (the embedded reader remembers where
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from crawlstream.errors import CrawlstreamError
 from crawlstream.fetch import ERROR_OUTCOMES
+from crawlstream.status._store_stats import read_store_stats, save_store_stats
 from crawlstream.status._topk import TopCounts
 from crawlstream.topics import CONTENT_STORED, FETCH_REQUESTS, FETCH_RESULTS, URLS_FRONTIER
 
@@ -54,6 +56,8 @@ _STORE_STATS_INTERVAL_S = 30.0  # ContentStore.stats() walks every entry: not ev
 # What a damaged, half-written or newer-format file can raise while it is parsed.
 _READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, struct.error, CrawlstreamError)
 _STATS_FILE = Path("crawl") / "stats.json"
+# What only ContentStore.stats() counts (a process that sizes the files shows the last saved).
+_COUNTED_BY_THE_STORE = ("urls", "raw_bytes", "ratio", "quarantined_urls")
 
 
 class OffsetsSource(Protocol):
@@ -281,20 +285,12 @@ class StatusCollector:
     def _read_store(self, now: float) -> dict[str, Any] | None:
         if self.store is not None:
             if self._store_stats is None or now - self._store_stats[0] >= _STORE_STATS_INTERVAL_S:
-                st = self.store.stats()
-                self._store_stats = (
-                    now,
-                    {
-                        "source": "store",
-                        "urls": st.urls,
-                        "raw_bytes": st.raw_bytes,
-                        "stored_bytes": st.stored_bytes,
-                        "ratio": round(st.ratio, 3),
-                        "bytes_by_tier": {t: int(v.get("bytes", 0)) for t, v in st.by_tier.items()},
-                        "quarantined_urls": len(st.quarantined_urls),
-                    },
-                )
-            return self._store_stats[1]
+                # saved for a later API that sizes the files only (status/_store_stats.py)
+                saved = save_store_stats(self.data_dir, self.store.stats(), now=self._wall_clock())
+                self._store_stats = (now, saved)
+            saved = self._store_stats[1]
+            numbers = {k: v for k, v in saved.items() if k != "saved_at_ms"}
+            return {"source": "store", **numbers, "stats_age_s": self._saved_age_s(saved)}
         root = self.data_dir / "store"
         if not root.is_dir():
             return None
@@ -303,15 +299,23 @@ class StatusCollector:
         if segments.is_dir():
             for tier_dir in sorted(p for p in segments.iterdir() if p.is_dir()):
                 by_tier[tier_dir.name] = _tree_bytes(tier_dir.glob("*.seg"))
+        # The writer (bucket compressor) owns the store: its files are sized now; what only the
+        # store's own stats count is the last saved (None when nothing saved any).
+        try:
+            last = read_store_stats(self.data_dir)
+        except _READ_ERRORS as exc:
+            logger.debug("status: saved store stats unreadable: %s", exc)
+            last = None
         return {
             "source": "files",
-            "urls": None,
-            "raw_bytes": None,
+            **{k: None if last is None else last.get(k) for k in _COUNTED_BY_THE_STORE},
             "stored_bytes": _tree_bytes(root.rglob("*")),
-            "ratio": None,
             "bytes_by_tier": by_tier,
-            "quarantined_urls": None,
+            "stats_age_s": None if last is None else self._saved_age_s(last),
         }
+
+    def _saved_age_s(self, saved: dict[str, Any]) -> float:
+        return max(0.0, round(self._wall_clock() - int(saved["saved_at_ms"]) / 1000, 1))
 
     def _read_index(self) -> dict[str, Any] | None:
         from crawlstream.index._manifest import read_manifest

@@ -2,7 +2,7 @@
 
 Pure: the extractor is built with no suffix-list URLs and no cache directory, so it reads
 only the ``.tld_set_snapshot`` file shipped inside the tldextract wheel. It never opens a
-socket and never writes a cache (tests/urls/test_domains.py runs it with sockets blocked).
+socket and never writes a cache (tests/urls/test_url_domains.py runs it with sockets blocked).
 """
 
 from __future__ import annotations
