@@ -16,6 +16,7 @@ import pytest
 
 from crawlstream.durable import _frames
 from crawlstream.frontier import HEADER_SIZE, FileState, FrontierEntry, FrontierFiles, encode_record
+from crawlstream.lake._staging import Row, StagingLog
 from crawlstream.politeness._revisit import (
     RevisitFiles,
     RevisitRecord,
@@ -23,7 +24,6 @@ from crawlstream.politeness._revisit import (
     decode_revisits,
     encode_revisit,
 )
-from crawlstream.lake._staging import Row, StagingLog
 from crawlstream.store._codec import decode_log_records, encode_log_record
 from crawlstream.store._logs import read_log
 
@@ -63,8 +63,8 @@ def frame_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _framed_modules() -> list[object]:
     from crawlstream.frontier import _records
-    from crawlstream.politeness import _revisit
     from crawlstream.lake import _staging
+    from crawlstream.politeness import _revisit
     from crawlstream.store import _codec
 
     return [_codec, _records, _revisit, _staging]

@@ -12,6 +12,7 @@ import zstandard
 
 from crawlstream.events import ContentStored, EventCodec, FetchResult
 from crawlstream.settings import Settings
+from crawlstream.status import read_store_stats
 from crawlstream.store import ContentStore, Location
 from crawlstream.store.service import build, extract_title
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, dlq_topic
@@ -59,6 +60,18 @@ def run_service(settings: Settings) -> int:
             return drain(service.loop)
         finally:
             service.close()
+
+
+def test_closing_saves_the_store_numbers_for_the_status_page(
+    make_settings: Callable[..., Settings], html_pages: list[tuple[str, bytes]]
+) -> None:
+    settings = make_settings()
+    send_results(settings, [fetch_result(url, html) for url, html in html_pages])
+    run_service(settings)
+    saved = read_store_stats(settings.data_dir)
+    assert saved is not None
+    assert saved["urls"] == len(html_pages)
+    assert saved["raw_bytes"] == sum(len(html) for _, html in html_pages)
 
 
 def test_real_pages_are_stored_and_announced_byte_identical(

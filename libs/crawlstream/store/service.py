@@ -35,13 +35,14 @@ from dataclasses import dataclass
 import zstandard
 
 from crawlstream.bus import Message, TopicPartition
-from crawlstream.errors import BadDataError
+from crawlstream.errors import BadDataError, CrawlstreamError
 from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
 from crawlstream.links import DEFAULT_AGENT_TOKEN, RobotsDirectives, extract_title, is_html, page_directives
 from crawlstream.metrics import StoreMetrics, per_registry
 from crawlstream.robots import product_token
 from crawlstream.runtime import EventHandler, Host, LoopService, run_standalone
 from crawlstream.settings import Settings
+from crawlstream.status import save_store_stats
 from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._store import ContentStore
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
@@ -202,6 +203,10 @@ def build(host: Host) -> LoopService:
         metrics.watch(None)
         if maintainer is not None:
             maintainer.stop()
+        try:  # the status page's last known numbers when no process holds the store (ADR 020)
+            save_store_stats(settings.data_dir, store.stats())
+        except (OSError, CrawlstreamError) as exc:
+            logger.warning("bucket-compressor: cannot count the store for the status page: %s", exc)
         store.close()
 
     if maintainer is not None:
