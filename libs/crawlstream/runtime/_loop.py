@@ -402,30 +402,22 @@ class ServiceLoop:
         error_type = type(error).__name__
         self._metrics.dead_lettered.labels(self._service, message.topic, error_type).inc()
         where = log_fields(topic=message.topic, partition=message.partition, offset=message.offset)
-        if (message.topic, error_type) not in self._warned:
-            self._warned.add((message.topic, error_type))
-            logger.warning(
-                "%s: dead-lettering %s[%d]@%d (%s: %s); further %s on this topic are logged at DEBUG",
-                self._service,
-                message.topic,
-                message.partition,
-                message.offset,
-                error_type,
-                error,
-                error_type,
-                extra=where,
-            )
-        else:
-            logger.debug(
-                "%s: dead-lettering %s[%d]@%d (%s: %s)",
-                self._service,
-                message.topic,
-                message.partition,
-                message.offset,
-                error_type,
-                error,
-                extra=where,
-            )
+        # The first of a kind per topic is a warning; the rest go to DEBUG (a flood of bad data
+        # must not flood the log).
+        first = (message.topic, error_type) not in self._warned
+        self._warned.add((message.topic, error_type))
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "%s: dead-lettering %s[%d]@%d (%s: %s)%s",
+            self._service,
+            message.topic,
+            message.partition,
+            message.offset,
+            error_type,
+            error,
+            f"; further {error_type} on this topic are logged at DEBUG" if first else "",
+            extra=where,
+        )
         if self._clock_ms is None:
             dead_letter(self._dlq, message, error)
         else:
