@@ -10,11 +10,13 @@ import schemathesis
 from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
+from prometheus_client import CollectorRegistry
 from schemathesis import GenerationMode
 
-from crawlstream.api import Acl
+from crawlstream.api import Acl, create_app, openapi_document
 from crawlstream.index import IndexReader
 from crawlstream.status import StatusCollector
+from crawlstream.store import ContentStore
 from tests.api._lake import run_client
 
 Client = TestClient[Any, Any]
@@ -61,6 +63,21 @@ def test_openapi_document_loads_and_describes_every_route(reader: IndexReader) -
         "GET /metrics",
     }
     assert doc["security"] == [{"bearer": []}, {}]  # anonymous reads: a token is optional
+
+
+def test_the_documents_operations_are_the_apps_routes(reader: IndexReader, tmp_path: Path) -> None:
+    """Every route ``create_app`` registers (with a store and a status collector) is an operation
+    of the document and the other way round; only the status page's script and style are not."""
+    with ContentStore(tmp_path / "store") as store:
+        app = create_app(
+            reader, max_limit=50, acl=None, registry=CollectorRegistry(), executor_threads=0,
+            store=store, status=StatusCollector(tmp_path, bus=None, bus_backend=None),
+        )
+        routes = {(r.method.lower(), r.resource.canonical) for r in app.router.routes() if r.resource is not None}
+    doc = openapi_document(max_limit=50, default_limit=20, anonymous_reads=True, content=True, status=True)
+    operations = {(method, path) for path, item in doc["paths"].items() for method in item}
+    static = {("get", "/status/status.js"), ("get", "/status/status.css")}
+    assert {r for r in routes if r[0] != "head"} - static == operations
 
 
 def _fuzz(base_url: str, headers: dict[str, str]) -> tuple[list[str], dict[int, int]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from crawlstream.bus import EmbeddedBus, Message, TopicPartition
-from crawlstream.bus._embedded_log import decode_records, encode_records
+from crawlstream.bus._embedded_records import decode_records, encode_records
 from crawlstream.errors import BusUnavailable, ChecksumMismatch, ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

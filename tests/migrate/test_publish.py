@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from crawlstream.bus import EmbeddedBus
-from crawlstream.events import EventCodec, EventProducer, LocalSchemaIds, UrlRecord
+from crawlstream.events import EventCodec, EventProducer, LocalSchemaIds, UrlRecord, UrlRecordPublisher
 from crawlstream.lake import REDIRECTS_DATASET
-from crawlstream.migrate import RecordPublisher
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 
 ROWS = [
@@ -44,7 +43,7 @@ def test_publisher_messages_equal_the_event_producers(tmp_path: Path, rows: list
     codec = EventCodec(LocalSchemaIds.bundled())
     header = [(IN_LAKE_HEADER, b"1")]
     with EmbeddedBus(tmp_path / "fast", default_partitions=16, fsync="never") as bus:
-        publisher = RecordPublisher(EventProducer(bus.producer(), codec), codec, header)
+        publisher = UrlRecordPublisher(EventProducer(bus.producer(), codec), codec, header)
         assert publisher.precompiled
         for row in rows:
             publisher(*row)
@@ -77,7 +76,7 @@ def test_visited_sends_equal_the_generic_ones_with_a_status_map(tmp_path: Path) 
     header = [(IN_LAKE_HEADER, b"1")]
     redirect = (REDIRECTS_DATASET, "http://a.example/r", "a.example", 7, {"target": "http://b.example/"})
     with EmbeddedBus(tmp_path / "fast", default_partitions=16, fsync="never") as bus:
-        publisher = RecordPublisher(EventProducer(bus.producer(), codec), codec, header)
+        publisher = UrlRecordPublisher(EventProducer(bus.producer(), codec), codec, header)
         assert publisher.precompiled
         for row in VISITED:
             publisher.visited(*row)

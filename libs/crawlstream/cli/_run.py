@@ -191,33 +191,10 @@ def run_crawl(
     specs = _service_specs(host, services, resolve_map)
     groups = {s.group: s.topics for s in specs if s.group is not None and s.topics}
     if getattr(host.bus, "shared", False):
-        partitioned = [s.name for s in specs if s.name in PARTITIONED_SERVICES]
-        pool = WorkerPool(
-            settings,
-            crawl_processes(settings),
-            services=partitioned,
-            resolve_map=resolve_map,
-            log_file=log_file,
-            crawl_stop=host.stop_event,
-        )
-        specs = [s for s in specs if s.name not in PARTITIONED_SERVICES]
-        specs.insert(0, ServiceSpec("workers", lambda: pool, None, ()))
+        specs = _in_worker_processes(host, specs, resolve_map, log_file)
     _seed(host, seeds, seed_priorities)
 
-    stats_consumer = host.bus.consumer(STATS_GROUP)
-    stats_handler = StatsHandler(settings.data_dir / "crawl" / "stats.json", stats_consumer)
-    stats_loop = ServiceLoop(
-        service="run-stats",
-        consumer=stats_consumer,
-        topics=[FETCH_RESULTS],
-        codec=host.codec,
-        handler=stats_handler,
-        dlq_producer=host.bus.producer(),
-        poll_timeout_s=settings.bus.poll_timeout_s,
-        commit_interval_s=settings.bus.commit_interval_s,
-        registry=host.registry,
-    )
-    stats_service = LoopService(stats_loop, stats_handler, on_close=stats_handler.save)
+    stats_handler, stats_service = _stats_service(host)
     # last: it counts the results the fetcher sends while finishing its fetches in flight
     specs.append(ServiceSpec("run-stats", lambda: stats_service, STATS_GROUP, (FETCH_RESULTS,), last=True))
     groups[STATS_GROUP] = (FETCH_RESULTS,)
@@ -257,6 +234,41 @@ def run_crawl(
         return runner.run()
     finally:
         probe.close()
+
+
+def _in_worker_processes(
+    host: Host, specs: list[ServiceSpec], resolve_map: Mapping[str, tuple[str, int]] | None, log_file: Path | None
+) -> list[ServiceSpec]:
+    """``specs`` with the crawl loop's services replaced by one ``workers`` spec: a pool of
+    ``--processes`` worker processes that run them on the shared log (ADR 025)."""
+    pool = WorkerPool(
+        host.settings,
+        crawl_processes(host.settings),
+        services=[s.name for s in specs if s.name in PARTITIONED_SERVICES],
+        resolve_map=resolve_map,
+        log_file=log_file,
+        crawl_stop=host.stop_event,
+    )
+    return [ServiceSpec("workers", lambda: pool, None, ()), *(s for s in specs if s.name not in PARTITIONED_SERVICES)]
+
+
+def _stats_service(host: Host) -> tuple[StatsHandler, LoopService]:
+    """The run's stats: a loop counting ``fetch.results`` into ``<data_dir>/crawl/stats.json``."""
+    settings = host.settings
+    stats_consumer = host.bus.consumer(STATS_GROUP)
+    stats_handler = StatsHandler(settings.data_dir / "crawl" / "stats.json", stats_consumer)
+    stats_loop = ServiceLoop(
+        service="run-stats",
+        consumer=stats_consumer,
+        topics=[FETCH_RESULTS],
+        codec=host.codec,
+        handler=stats_handler,
+        dlq_producer=host.bus.producer(),
+        poll_timeout_s=settings.bus.poll_timeout_s,
+        commit_interval_s=settings.bus.commit_interval_s,
+        registry=host.registry,
+    )
+    return stats_handler, LoopService(stats_loop, stats_handler, on_close=stats_handler.save)
 
 
 def _service_specs(

@@ -5,17 +5,11 @@ drain detection, crawl stats and the summary. Each service's wiring is its packa
 from crawlstream.crawl._drain import BusLag, DrainDetector, LagProbe, is_idle
 from crawlstream.crawl._progress import Progress, ProgressReporter, RateMeter, format_progress
 from crawlstream.crawl._runner import CrawlRunner, Drainable, ServiceSpec
-from crawlstream.crawl._seeds import (
-    SeedEncoder,
-    SeedIntake,
-    SeedProgress,
-    SeedReport,
-    SeedSource,
-    open_seed_sources,
-    read_seeds,
-    seed_events,
-    send_seeds,
-)
+from crawlstream.crawl._seed_encoder import SeedEncoder
+from crawlstream.crawl._seed_inputs import SeedSource, open_seed_sources
+from crawlstream.crawl._seed_intake import SeedIntake
+from crawlstream.crawl._seed_report import SeedProgress, SeedReport
+from crawlstream.crawl._seeds import read_seeds, seed_events, send_seeds
 from crawlstream.crawl._stats import ERROR_OUTCOMES, STATS_GROUP, CrawlStats, StatsHandler, load_stats, save_stats
 from crawlstream.crawl._summary import CrawlSummary, summarize
 

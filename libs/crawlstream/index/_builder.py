@@ -68,6 +68,7 @@ from crawlstream.index._manifest import (
 )
 from crawlstream.lake import (
     LAKE_ZSTD_LEVEL,
+    LakeFile,
     compact_partition,
     is_compacted,
     list_lake_files,
@@ -110,6 +111,79 @@ def _concat_runs(parts: list[_RunTable]) -> _RunTable:
         np.concatenate([p.rows for p in parts]),
         np.concatenate([p.is_new for p in parts]),
     )
+
+
+def _merge_runs(table: _RunTable) -> tuple[pa.Array, Runs, np.ndarray, np.ndarray]:
+    """Step 4's merge: the domains sorted by name (their ids), the runs sorted by (domain,
+    dataset, file) with a domain split by a row-group boundary of one file joined into one run
+    (no fragmented pairs counted yet), the first run of each (domain, dataset) pair, and
+    whether each run comes from a file this build scanned."""
+    # one hash pass over the runs' domain strings, then a sort of the distinct ones
+    encoded = pc.dictionary_encode(table.domains)
+    by_name = pc.sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
+    domains = encoded.dictionary.take(pa.array(by_name))
+    rank = np.empty(len(by_name), np.int64)
+    rank[by_name] = np.arange(len(by_name))
+    did = rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    order = np.lexsort((table.file_id, table.dataset_id, did))
+    did, ds, fid, rows, is_new = (did[order], table.dataset_id[order], table.file_id[order],
+                                  table.rows[order], table.is_new[order])
+    # a domain split by a row-group boundary of one file is one run
+    starts = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0)
+                            | (np.diff(fid, prepend=-1) != 0))
+    rows = np.add.reduceat(rows, starts) if len(starts) else rows
+    is_new = np.maximum.reduceat(is_new, starts) if len(starts) else is_new
+    did, ds, fid = did[starts], ds[starts], fid[starts]
+    pair_first = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0))
+    none = np.zeros(0, np.int64)
+    return domains, Runs(did, ds, fid, rows, none, none), pair_first, is_new
+
+
+def _domain_to_datasets(runs: Runs, pair_first: np.ndarray, n_domains: int) -> bytes:
+    """``domain_to_datasets.roar``: each domain's datasets (roaring bitmaps when ids or
+    cardinalities are large, else the compact pairs form)."""
+    pair_domain, pair_dataset = runs.domain_id[pair_first], runs.dataset_id[pair_first]
+    card = np.bincount(pair_domain, minlength=n_domains) if n_domains else np.zeros(0, np.int64)
+    if n_domains and (pair_dataset.max(initial=0) >= 1 << 16 or card.max(initial=0) > 4096):
+        members: list[list[int]] = [[] for _ in range(n_domains)]
+        for d, ds in zip(pair_domain.tolist(), pair_dataset.tolist(), strict=True):
+            members[d].append(ds)
+        return encode_dtdr([BitMap(m).serialize() for m in members])
+    return encode_dtdr_pairs(pair_domain, pair_dataset, n_domains)
+
+
+def _postings_blocks(runs: Runs, files: list[FileEntry], shards: int) -> list[bytes]:
+    """The postings' blocks: 256 hh values onto ``shards`` blocks, so all runs of a lake file
+    land in one block."""
+    file_block = {f.file_id: postings_block_of(f.hh, shards) for f in files}
+    max_id = max(file_block, default=0)
+    block_of = np.zeros(max_id + 1, np.int64)
+    for fid, block in file_block.items():
+        block_of[fid] = block
+    run_block = block_of[runs.file_id] if len(runs) else np.zeros(0, np.int64)
+    multi_block = run_block[runs.multi_first] if len(runs.multi_first) else np.zeros(0, np.int64)
+    blocks = []
+    by_block = np.argsort(run_block, kind="stable")  # keeps (domain, dataset, file) order
+    run_bounds = np.searchsorted(run_block[by_block], np.arange(shards + 1))
+    multi_by_block = np.argsort(multi_block, kind="stable")
+    multi_bounds = np.searchsorted(multi_block[multi_by_block], np.arange(shards + 1))
+    for b in range(shards):
+        sel = by_block[run_bounds[b] : run_bounds[b + 1]]
+        msel = multi_by_block[multi_bounds[b] : multi_bounds[b + 1]]
+        local_first = np.searchsorted(sel, runs.multi_first[msel])
+        blocks.append(encode_block(Runs(runs.domain_id[sel], runs.dataset_id[sel], runs.file_id[sel],
+                                        runs.rows[sel], local_first, runs.multi_count[msel]),
+                                   level=_POSTINGS_ZSTD_LEVEL))
+    return blocks
+
+
+def _url_count(runs: Runs, pair_first: np.ndarray) -> int:
+    """Exact URLs of the version: the rows of single-file pairs plus the fragmented pairs' counts."""
+    single = np.ones(len(pair_first), bool)
+    multi_pair = np.searchsorted(pair_first, runs.multi_first)
+    single[multi_pair] = False
+    pair_rows = np.add.reduceat(runs.rows, pair_first) if len(pair_first) else np.zeros(0, np.int64)
+    return int(pair_rows[single].sum()) + int(runs.multi_count.sum())
 
 
 @dataclass(frozen=True)
@@ -201,10 +275,48 @@ class IndexBuilder:
             logger.info("index version %s has an older postings format: building a full version", prev.version)
             prev = None
         prev_files: list[FileEntry] = self._load_files(prev) if prev else []
-        prev_retired: set[str] = set(prev.stats.get("retired", [])) if prev else set()
-        known = {f.path for f in prev_files}
 
         # 2. list the lake
+        new, dropped, retired = self._lake_changes(prev, prev_files, full=full)
+        if prev is not None and not new and not dropped:
+            return BuildResult(None, full, 0, 0, 0, int(prev.stats.get("domains", 0)),
+                               int(prev.stats.get("pairs", 0)), 0, time.perf_counter() - started)
+
+        phases = {"list": time.perf_counter() - started}
+        # 3. scan new files
+        files, parts, rows_scanned = self._scan_new(new, prev_files, dropped)
+        phases["scan"] = time.perf_counter() - started - sum(phases.values())
+
+        # 4. merge with the previous version
+        prev_multi: dict[tuple[str, int], int] = {}
+        touched_keys: set[tuple[str, int]] = set()
+        if prev is not None:
+            dropped_ids = {f.file_id for f in prev_files if f.path in dropped}
+            carried, prev_multi, touched_keys = self._carried_runs(prev, prev_files, dropped_ids)
+            parts.insert(0, carried)
+        domains, runs, pair_first, is_new = _merge_runs(_concat_runs(parts))
+        runs = self._count_fragmented(domains, runs, pair_first, is_new, files, prev_multi, touched_keys)
+        phases["merge"] = time.perf_counter() - started - sum(phases.values())
+        # 5. write the version
+        version = self._next_version(manifest)
+        info = self._write_version(version, domains, runs, pair_first, files, retired, rows_scanned)
+        phases["write"] = time.perf_counter() - started - sum(phases.values())
+        # 6. flip
+        versions = (info, *(manifest.versions if manifest else ()))
+        write_manifest(self.root, Manifest(version, versions))
+        elapsed = time.perf_counter() - started
+        logger.info("index version %s flipped: %d new files, %d rows scanned, %d pairs in %.2fs",
+                    version, len(new), rows_scanned, len(pair_first), elapsed)
+        return BuildResult(version, full, len(new), rows_scanned, len(dropped), int(info.stats["domains"]),
+                           len(pair_first), len(runs.multi_first), elapsed, compacted,
+                           {k: round(v, 3) for k, v in phases.items()})
+
+    def _lake_changes(
+        self, prev: VersionInfo | None, prev_files: list[FileEntry], *, full: bool
+    ) -> tuple[list[LakeFile], set[str], list[str]]:
+        """Step 2: (the files to scan, the known files a compaction replaced, the retired paths)."""
+        prev_retired: set[str] = set(prev.stats.get("retired", [])) if prev else set()
+        known = {f.path for f in prev_files}
         listed = list(list_lake_files(self.root))
         candidates = [lf for lf in listed if lf.path not in known and lf.path not in prev_retired]
         replaced: set[str] = set()
@@ -214,15 +326,15 @@ class IndexBuilder:
         new = [lf for lf in candidates if lf.path not in replaced]
         dropped = {p for p in known if p in replaced}
         retired = sorted((prev_retired | replaced) & {lf.path for lf in listed})
-        if prev is not None and not new and not dropped:
-            return BuildResult(None, full, 0, 0, 0, int(prev.stats.get("domains", 0)),
-                               int(prev.stats.get("pairs", 0)), 0, time.perf_counter() - started)
+        return new, dropped, retired
 
-        phases = {"list": time.perf_counter() - started}
-        # 3. scan new files
+    def _scan_new(
+        self, new: list[LakeFile], prev_files: list[FileEntry], dropped: set[str]
+    ) -> tuple[list[FileEntry], list[_RunTable], int]:
+        """Step 3: the version's files (the previous ones but ``dropped``, then ``new`` with fresh
+        ids), the new files' runs, and the rows scanned."""
         next_id = max((f.file_id for f in prev_files), default=-1) + 1
         files = [f for f in prev_files if f.path not in dropped]
-        dropped_ids = {f.file_id for f in prev_files if f.path in dropped}
         jobs = [(next_id + i, lf) for i, lf in enumerate(new)]
         parts: list[_RunTable] = []
         with ThreadPoolExecutor(max_workers=self.scan_threads) as pool:  # Parquet reads drop the GIL
@@ -230,39 +342,38 @@ class IndexBuilder:
                 files.append(entry)
                 parts.append(runs)
         rows_scanned = sum(f.num_rows for f in files[len(files) - len(jobs):])
-        phases["scan"] = time.perf_counter() - started - sum(phases.values())
+        return files, parts, rows_scanned
 
-        # 4. merge with the previous version
-        prev_multi: dict[tuple[str, int], int] = {}
+    def _carried_runs(
+        self, prev: VersionInfo, prev_files: list[FileEntry], dropped_ids: set[int]
+    ) -> tuple[_RunTable, dict[tuple[str, int], int], set[tuple[str, int]]]:
+        """Step 4's input from the previous version: its runs but those of files a compaction
+        replaced, its fragmented pairs' counts, and the pairs that lost rows (to be recounted)."""
         touched_keys: set[tuple[str, int]] = set()
-        if prev is not None:
-            carried, prev_multi = self._load_runs(prev, prev_files)
-            gone = np.isin(carried.file_id, np.fromiter(dropped_ids, np.int64, len(dropped_ids)))
-            if gone.any():  # pairs that lose rows to a compaction are recounted
-                gd = carried.domains.filter(pa.array(gone)).to_pylist()
-                touched_keys.update(zip(gd, carried.dataset_id[gone].tolist(), strict=True))
-                keep = pa.array(~gone)
-                carried = _RunTable(carried.domains.filter(keep), carried.dataset_id[~gone],
-                                    carried.file_id[~gone], carried.rows[~gone], carried.is_new[~gone])
-            parts.insert(0, carried)
-        runs = _concat_runs(parts)
-        # one hash pass over the runs' domain strings, then a sort of the distinct ones
-        encoded = pc.dictionary_encode(runs.domains)
-        by_name = pc.sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
-        domains = encoded.dictionary.take(pa.array(by_name))
-        rank = np.empty(len(by_name), np.int64)
-        rank[by_name] = np.arange(len(by_name))
-        did = rank[encoded.indices.to_numpy(zero_copy_only=False)]
-        order = np.lexsort((runs.file_id, runs.dataset_id, did))
-        did, ds, fid, rows, is_new = (did[order], runs.dataset_id[order], runs.file_id[order],
-                                      runs.rows[order], runs.is_new[order])
-        # a domain split by a row-group boundary of one file is one run
-        starts = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0)
-                                | (np.diff(fid, prepend=-1) != 0))
-        rows = np.add.reduceat(rows, starts) if len(starts) else rows
-        is_new = np.maximum.reduceat(is_new, starts) if len(starts) else is_new
-        did, ds, fid = did[starts], ds[starts], fid[starts]
-        pair_first = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0))
+        carried, prev_multi = self._load_runs(prev, prev_files)
+        gone = np.isin(carried.file_id, np.fromiter(dropped_ids, np.int64, len(dropped_ids)))
+        if gone.any():  # pairs that lose rows to a compaction are recounted
+            gd = carried.domains.filter(pa.array(gone)).to_pylist()
+            touched_keys.update(zip(gd, carried.dataset_id[gone].tolist(), strict=True))
+            keep = pa.array(~gone)
+            carried = _RunTable(carried.domains.filter(keep), carried.dataset_id[~gone],
+                                carried.file_id[~gone], carried.rows[~gone], carried.is_new[~gone])
+        return carried, prev_multi, touched_keys
+
+    def _count_fragmented(
+        self,
+        domains: pa.Array,
+        runs: Runs,
+        pair_first: np.ndarray,
+        is_new: np.ndarray,
+        files: list[FileEntry],
+        prev_multi: dict[tuple[str, int], int],
+        touched_keys: set[tuple[str, int]],
+    ) -> Runs:
+        """``runs`` with the exact count of each fragmented pair (rows in more than one file):
+        carried forward from the previous version, or recounted from its URLs (cross-file
+        dedupe) when its runs changed."""
+        did, ds, fid, rows = runs.domain_id, runs.dataset_id, runs.file_id, runs.rows
         pair_runs = np.diff(np.append(pair_first, len(did)))
         multi = pair_first[pair_runs > 1]
         multi_count = np.zeros(len(multi), np.int64)
@@ -281,21 +392,7 @@ class IndexBuilder:
                     f = files_by_id[int(fid[r])]
                     segs += inline_segments(f.file_id, int(row_start[r]), int(rows[r]), f.rg_starts())
                 multi_count[k] = self._distinct_urls(segs, files_by_id)
-        phases["merge"] = time.perf_counter() - started - sum(phases.values())
-        # 5. write the version
-        version = self._next_version(manifest)
-        all_runs = Runs(did, ds, fid, rows, multi, multi_count)
-        info = self._write_version(version, domains, all_runs, pair_first, files, retired, rows_scanned)
-        phases["write"] = time.perf_counter() - started - sum(phases.values())
-        # 6. flip
-        versions = (info, *(manifest.versions if manifest else ()))
-        write_manifest(self.root, Manifest(version, versions))
-        elapsed = time.perf_counter() - started
-        logger.info("index version %s flipped: %d new files, %d rows scanned, %d pairs in %.2fs",
-                    version, len(new), rows_scanned, len(pair_first), elapsed)
-        return BuildResult(version, full, len(new), rows_scanned, len(dropped), int(info.stats["domains"]),
-                           len(pair_first), len(multi), elapsed, compacted,
-                           {k: round(v, 3) for k, v in phases.items()})
+        return Runs(did, ds, fid, rows, multi, multi_count)
 
     def _next_version(self, manifest: Manifest | None) -> str:
         seq = 1
@@ -382,40 +479,6 @@ class IndexBuilder:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
-        n_domains = len(domains)
-        blob = "\n".join(domains.to_pylist()).encode()
-
-        pair_domain, pair_dataset = runs.domain_id[pair_first], runs.dataset_id[pair_first]
-        card = np.bincount(pair_domain, minlength=n_domains) if n_domains else np.zeros(0, np.int64)
-        if n_domains and (pair_dataset.max(initial=0) >= 1 << 16 or card.max(initial=0) > 4096):
-            members: list[list[int]] = [[] for _ in range(n_domains)]
-            for d, ds in zip(pair_domain.tolist(), pair_dataset.tolist(), strict=True):
-                members[d].append(ds)
-            dtdr = encode_dtdr([BitMap(m).serialize() for m in members])
-        else:
-            dtdr = encode_dtdr_pairs(pair_domain, pair_dataset, n_domains)
-
-        # 256 hh values onto `shards` blocks: all runs of a lake file land in one block.
-        file_block = {f.file_id: postings_block_of(f.hh, self.shards) for f in files}
-        max_id = max(file_block, default=0)
-        block_of = np.zeros(max_id + 1, np.int64)
-        for fid, block in file_block.items():
-            block_of[fid] = block
-        run_block = block_of[runs.file_id] if len(runs) else np.zeros(0, np.int64)
-        multi_block = run_block[runs.multi_first] if len(runs.multi_first) else np.zeros(0, np.int64)
-        blocks = []
-        by_block = np.argsort(run_block, kind="stable")  # keeps (domain, dataset, file) order
-        run_bounds = np.searchsorted(run_block[by_block], np.arange(self.shards + 1))
-        multi_by_block = np.argsort(multi_block, kind="stable")
-        multi_bounds = np.searchsorted(multi_block[multi_by_block], np.arange(self.shards + 1))
-        for b in range(self.shards):
-            sel = by_block[run_bounds[b] : run_bounds[b + 1]]
-            msel = multi_by_block[multi_bounds[b] : multi_bounds[b + 1]]
-            local_first = np.searchsorted(sel, runs.multi_first[msel])
-            blocks.append(encode_block(Runs(runs.domain_id[sel], runs.dataset_id[sel], runs.file_id[sel],
-                                            runs.rows[sel], local_first, runs.multi_count[msel]),
-                                       level=_POSTINGS_ZSTD_LEVEL))
-
         rel = f"index/{version}"
         names: dict[str, Any] = {
             "domains": f"{rel}/domains.zst",
@@ -425,24 +488,19 @@ class IndexBuilder:
             "pin": f"{rel}/{PIN_NAME}",
         }
         out: dict[str, bytes] = {
-            "domains.zst": cctx.compress(blob),
-            "domain_to_datasets.roar": dtdr,
-            "postings.bin": encode_postings(blocks),
+            "domains.zst": cctx.compress("\n".join(domains.to_pylist()).encode()),
+            "domain_to_datasets.roar": _domain_to_datasets(runs, pair_first, len(domains)),
+            "postings.bin": encode_postings(_postings_blocks(runs, files, self.shards)),
             "files.tsv.zst": cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))),
             PIN_NAME: b"",
         }
         with replacing(final, tmp=tmp) as version_dir:  # fsyncs each file and the directory, renames it
             for name, data in out.items():
                 (version_dir / name).write_bytes(data)
-        single = np.ones(len(pair_first), bool)
-        multi_pair = np.searchsorted(pair_first, runs.multi_first)
-        single[multi_pair] = False
-        pair_rows = np.add.reduceat(runs.rows, pair_first) if len(pair_first) else np.zeros(0, np.int64)
-        total_urls = int(pair_rows[single].sum()) + int(runs.multi_count.sum())
         stats = {
-            "domains": n_domains,
+            "domains": len(domains),
             "pairs": len(pair_first),
-            "urls": total_urls,
+            "urls": _url_count(runs, pair_first),
             "files": len(files),
             "datasets": sorted({f.dataset_id for f in files}),
             "rows_scanned": rows_scanned,

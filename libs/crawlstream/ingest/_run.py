@@ -108,6 +108,42 @@ class IngestStats:
         }
 
 
+class _Rejected:
+    """One input file's invalid rows: counted by reason (in the run's and the file's counts),
+    the file's first damage logged, a few examples kept, and each row appended to
+    ``<rejects_dir>/<file name>.jsonl`` (opened at the first one) when ``rejects_dir`` is given."""
+
+    def __init__(self, stats: IngestStats, file: FileStats, path: Path, rejects_dir: Path | None) -> None:
+        self._stats = stats
+        self._file = file
+        self._path = path
+        self._rejects_dir = rejects_dir
+        self._out: IO[str] | None = None
+
+    def add(self, row: int, raw: str | None, reason: str, error: str) -> None:
+        stats, file = self._stats, self._file
+        stats.invalid[reason] += 1
+        file.invalid[reason] += 1
+        if reason in FILE_DAMAGE and file.damage is None:
+            file.damage = {"reason": reason, "row": row, "error": error}
+            logger.error("dataset %d: %s is damaged from row %d (%s): %s", stats.dataset_id, self._path, row,
+                         reason, error)
+        ex = stats.examples.setdefault(reason, [])
+        if len(ex) < EXAMPLES_PER_REASON:
+            ex.append((raw or "")[:EXAMPLE_CHARS])
+        if self._rejects_dir is not None:
+            if self._out is None:
+                self._rejects_dir.mkdir(parents=True, exist_ok=True)
+                rpath = self._rejects_dir / f"{self._path.name}.jsonl"
+                self._out = open(rpath, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+                stats.rejects_files.append(str(rpath))
+            self._out.write(json.dumps({"row": row, "url": raw, "reason": reason, "error": error}) + "\n")
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+
+
 def ingest_files(
     paths: Sequence[Path],
     dataset_id: int,
@@ -142,7 +178,7 @@ def ingest_files(
         file = FileStats(str(path), path_fmt)
         stats.files.append(file)
         rows_before, valid_before = stats.rows, stats.valid
-        rejects: IO[str] | None = None
+        rejected = _Rejected(stats, file, path, rejects_dir)
         try:
             for batch in iter_batches(path, fmt=path_fmt, url_field=url_field, ts_field=ts_field,
                                       keep_extras=keep_extras):
@@ -168,28 +204,11 @@ def ingest_files(
                                 publish(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
                             stats.valid += 1
                             continue
-                    row = batch.first_row + i
-                    stats.invalid[reason] += 1
-                    file.invalid[reason] += 1
-                    if reason in FILE_DAMAGE and file.damage is None:
-                        file.damage = {"reason": reason, "row": row, "error": error}
-                        logger.error("dataset %d: %s is damaged from row %d (%s): %s", dataset_id, path, row,
-                                     reason, error)
-                    ex = stats.examples.setdefault(reason, [])
-                    if len(ex) < EXAMPLES_PER_REASON:
-                        ex.append((raw or "")[:EXAMPLE_CHARS])
-                    if rejects_dir is not None:
-                        if rejects is None:
-                            rejects_dir.mkdir(parents=True, exist_ok=True)
-                            rpath = rejects_dir / f"{path.name}.jsonl"
-                            rejects = open(rpath, "a", encoding="utf-8")  # noqa: SIM115 - closed in finally
-                            stats.rejects_files.append(str(rpath))
-                        rejects.write(json.dumps({"row": row, "url": raw, "reason": reason, "error": error}) + "\n")
+                    rejected.add(batch.first_row + i, raw, reason, error)
                 if progress is not None:
                     progress(stats)
         finally:
-            if rejects is not None:
-                rejects.close()
+            rejected.close()
             file.rows, file.valid = stats.rows - rows_before, stats.valid - valid_before
     if published is not None:
         published()

@@ -14,7 +14,6 @@ from crawlstream.migrate._migrator import (
     few_collections,
     finished_report,
 )
-from crawlstream.migrate._publish import RecordPublisher
 from crawlstream.migrate._source import SEED_SCHEMA_SQL, TABLES, PostgresSource, SourceUnavailable, TableSpec
 from crawlstream.migrate._values import TableReport, epoch_ms, flag, frontier_depth, http_status, robots_bytes
 
@@ -25,7 +24,6 @@ __all__ = [
     "MigrationReport",
     "PostgresMigrator",
     "PostgresSource",
-    "RecordPublisher",
     "SourceUnavailable",
     "TableReport",
     "TableSpec",

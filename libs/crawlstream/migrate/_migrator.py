@@ -85,7 +85,7 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_VERSION = 1
 Publish = Callable[[int, str, str, int | None, dict[str, str]], None]
 PublishVisited = Callable[[int, str, str, int | None, int | None], None]
-"""``publish`` of a visited row given its status code (``RecordPublisher.visited``): the same
+"""``publish`` of a visited row given its status code (``UrlRecordPublisher.visited``): the same
 record as ``publish(dataset_id, url, domain, ts_ms, {"status": str(status)})``, cheaper."""
 Progress = Callable[[str, TableReport, int], None]
 
@@ -226,7 +226,7 @@ class PostgresMigrator:
       read. ``open_store`` builds the content store on the first body to import.
     * ``publish`` / ``published``: send each lake row to ``urls.records`` and make the sends
       durable (before each checkpoint's lake flush); None publishes nothing.
-      ``publish_visited``: the visited rows' sends by status code (``RecordPublisher.visited``);
+      ``publish_visited``: the visited rows' sends by status code (``UrlRecordPublisher.visited``);
       None sends them through ``publish``.
     * ``checkpoint_rows`` / ``checkpoint_interval_s``: how much work a crash can cost again,
       and how many rows the lake buffers in memory (one lake file per domain prefix each).

@@ -41,9 +41,10 @@ class KafkaOffsets:
     def from_settings(cls, settings: Any) -> KafkaOffsets:
         # The extra librdkafka keys for every client (not the consumer./producer. ones), as
         # the bus gives them to its own admin client.
-        from crawlstream.bus._kafka import _parse_extra, _scoped
+        from crawlstream.bus import parse_kafka_extra_config, scope_kafka_extra_config
 
-        common, _consumer, _producer = _scoped(_parse_extra(getattr(settings.bus, "kafka_extra_config", "")))
+        extra = parse_kafka_extra_config(getattr(settings.bus, "kafka_extra_config", ""))
+        common, _consumer, _producer = scope_kafka_extra_config(extra)
         return cls({"bootstrap.servers": settings.kafka_bootstrap_servers, "client.id": "crawlstream-status", **common})
 
     def _admin(self) -> AdminClient:
