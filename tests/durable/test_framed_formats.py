@@ -338,7 +338,8 @@ def test_iter_frames_reads_a_file_from_its_position(tmp_path: Path) -> None:
 CRC_ALLOWED = {
     "libs/crawlstream/store/_codec.py": "segment record and group headers: a CRC inside a zstd skippable frame",
     "libs/crawlstream/store/_retrain.py": "walks those segment record headers",
-    "libs/crawlstream/bus/_embedded_log.py": "Kafka-like batches: the CRC covers offset, timestamp, key and value",
+    "libs/crawlstream/bus/_embedded_records.py": "Kafka-like batches: the CRC covers offset, timestamp, key and value",
+    "libs/crawlstream/bus/_embedded_log.py": "checks those batches' CRCs when it recovers a segment's tail",
     "libs/crawlstream/status/_embedded_offsets.py": "reads the embedded log's head file (its CRC)",
     "libs/crawlstream/index/_formats.py": "postings blocks: a CRC in a block header of the index file",
     "libs/crawlstream/dedupe/_filter.py": "Bloom snapshots: one CRC over a whole file",
