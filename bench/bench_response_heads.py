@@ -23,7 +23,7 @@ from warcio.archiveiterator import ArchiveIterator
 from bench._harness import main, shared_data
 from crawlstream.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 
 Page = tuple[str, bytes, bytes, str]  # url, body, head, ip
 
@@ -76,7 +76,7 @@ def measure(pages: list[Page]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         for with_head in (False, True):
             root = Path(tmp) / f"store-{with_head}"
-            with ContentStore(root, fsync="never", dict_min_samples=16) as store:
+            with ContentStore(root, config=StoreConfig(fsync="never", dict_min_samples=16)) as store:
                 for i, (url, body, head, ip) in enumerate(pages):
                     store.put(
                         url,
