@@ -23,6 +23,7 @@ from warcio.archiveiterator import ArchiveIterator
 from bench._harness import main, shared_data
 from crawlstream.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher
+from crawlstream.settings import FetchSettings
 from crawlstream.store import ContentStore, StoreConfig
 
 Page = tuple[str, bytes, bytes, str]  # url, body, head, ip
@@ -51,7 +52,9 @@ def demo_pages(limit: int = 400) -> list[Page]:
     async def fetch_all(web: DemoWeb, urls: list[str]) -> list[Page]:
         out: list[Page] = []
         async with Fetcher(
-            allow_private_networks=True, resolve_map=web.resolve_map, resolve_map_only=True, timeout_s=5.0
+            config=FetchSettings(allow_private_networks=True, timeout_s=5.0),
+            resolve_map=web.resolve_map,
+            resolve_map_only=True,
         ) as fetcher:
             for url in urls:
                 got = await fetcher.afetch(url)
