@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from crawlstream.api import RUNNER_OPTIONS, Acl, create_app
 from crawlstream.lake import LakeWriter
+from crawlstream.settings import ApiSettings
 from crawlstream.store import ContentStore
 from crawlstream.urls import canonicalize
 
@@ -69,12 +70,10 @@ def run_client(
     async def main() -> T:
         app = create_app(
             reader,
-            max_limit=max_limit,
+            config=ApiSettings(max_limit=max_limit, default_limit=default_limit, executor_threads=executor_threads),
             acl=acl,
             anonymous_reads=anonymous_reads,
             registry=registry if registry is not None else CollectorRegistry(),
-            default_limit=default_limit,
-            executor_threads=executor_threads,
             store=store,
             status=status,
         )
