@@ -29,6 +29,7 @@ from crawlstream.index import IndexBuilder, IndexReader
 from crawlstream.ingest import ingest_files
 from crawlstream.lake import LakeWriter
 from crawlstream.politeness import Scheduler
+from crawlstream.settings import LakeSettings
 from crawlstream.store import ContentStore, StoreConfig
 from crawlstream.store._warc import export_warc
 from crawlstream.urls import canonicalize
@@ -339,7 +340,7 @@ def test_ingest_of_hostile_urls_writes_only_under_the_data_dir_and_counts_reject
     src = data_dir / "in" / "..urls.txt"
     src.parent.mkdir(parents=True)
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with LakeWriter(data_dir, zstd_level=1) as writer:
+    with LakeWriter(data_dir, config=LakeSettings(zstd_level=1)) as writer:
         stats = ingest_files([src], 7, writer, fmt="text", rejects_dir=data_dir / "rejects")
     assert stats.rows == len(lines)
     assert stats.valid + sum(stats.invalid.values()) == stats.rows
@@ -352,7 +353,7 @@ def test_ingest_of_hostile_urls_writes_only_under_the_data_dir_and_counts_reject
 
 def test_index_of_a_hostile_lake_answers_hostile_queries_with_nothing(tmp_path: Path, data_dir: Path) -> None:
     urls = [f"http://{h}/p" for h in HOSTILE_URL_HOSTS]
-    with LakeWriter(data_dir, zstd_level=1) as writer:
+    with LakeWriter(data_dir, config=LakeSettings(zstd_level=1)) as writer:
         for url in urls:
             with contextlib.suppress(InvalidUrl):
                 writer.add_canonical(3, canonicalize(url))

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from crawlstream.api import RUNNER_OPTIONS, Acl, create_app
 from crawlstream.lake import LakeWriter
-from crawlstream.settings import ApiSettings
+from crawlstream.settings import ApiSettings, LakeSettings
 from crawlstream.store import ContentStore
 from crawlstream.urls import canonicalize
 
@@ -45,7 +45,7 @@ def expected_urls(domain: str, dataset_id: int, datasets: dict[int, list[str]] =
 
 
 def write_lake(root: Path, datasets: dict[int, list[str]], *, ts_ms: int = TS_MS) -> None:
-    writer = LakeWriter(root, row_group_rows=ROW_GROUP_ROWS)
+    writer = LakeWriter(root, config=LakeSettings(row_group_rows=ROW_GROUP_ROWS))
     for dataset_id, urls in datasets.items():
         for u in urls:
             writer.add_canonical(dataset_id, canonicalize(u), ts_ms=ts_ms)

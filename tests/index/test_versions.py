@@ -11,11 +11,12 @@ import pytest
 from crawlstream.index import IndexBuilder, IndexReader, PinnedIndex, read_manifest
 from crawlstream.index import _builder as builder_module
 from crawlstream.lake import LakeWriter, build_table, partition_dir, write_lake_file
+from crawlstream.settings import LakeSettings
 from crawlstream.urls import canonicalize, domain_prefix, url_key
 
 
 def _write(root: Path, rows: list[tuple[int, str]], *, row_group_rows: int = 8) -> None:
-    with LakeWriter(root, row_group_rows=row_group_rows) as w:
+    with LakeWriter(root, config=LakeSettings(row_group_rows=row_group_rows)) as w:
         for ds, url in rows:
             w.add_canonical(ds, canonicalize(url))
 
