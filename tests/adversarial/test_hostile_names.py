@@ -29,7 +29,7 @@ from crawlstream.index import IndexBuilder, IndexReader
 from crawlstream.ingest import ingest_files
 from crawlstream.lake import LakeWriter
 from crawlstream.politeness import Scheduler
-from crawlstream.settings import LakeSettings
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.store import ContentStore, StoreConfig
 from crawlstream.store._warc import export_warc
 from crawlstream.urls import canonicalize
@@ -357,7 +357,7 @@ def test_index_of_a_hostile_lake_answers_hostile_queries_with_nothing(tmp_path: 
         for url in urls:
             with contextlib.suppress(InvalidUrl):
                 writer.add_canonical(3, canonicalize(url))
-    IndexBuilder(data_dir, shards=4).build()
+    IndexBuilder(data_dir, index=IndexSettings(postings_shards=4)).build()
     reader = IndexReader(data_dir)
     try:
         pinned = reader.pin()

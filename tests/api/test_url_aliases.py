@@ -22,7 +22,7 @@ from crawlstream.lake import (
     raw_form_extras,
     redirect_extras,
 )
-from crawlstream.settings import LakeSettings
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import canonicalize
 from tests.api._lake import run_client
 
@@ -55,7 +55,7 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Any:
     for raw, source in RAW.items():
         writer.add_canonical(RAW_FORMS_DATASET, canonicalize(raw), TS, extras_json(raw_form_extras(raw, source)))
     writer.close()
-    IndexBuilder(root, shards=2, row_group_rows=4).build()
+    IndexBuilder(root, index=IndexSettings(postings_shards=2), lake=LakeSettings(row_group_rows=4)).build()
     r = IndexReader(root)
     yield r
     r.close()

@@ -12,7 +12,7 @@ import pytest
 from crawlstream.errors import InvalidUrl
 from crawlstream.index import IndexBuilder
 from crawlstream.lake import LakeWriter
-from crawlstream.settings import LakeSettings
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import canonicalize
 
 DATASETS = 20
@@ -60,5 +60,5 @@ def write_test_lake(root: Path, shared_data: Path, *, seed: int = 7, row_group_r
 def lake_root(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
     root = tmp_path_factory.mktemp("lake")
     write_test_lake(root, shared_data)
-    IndexBuilder(root, shards=8).build()
+    IndexBuilder(root, index=IndexSettings(postings_shards=8)).build()
     return root
