@@ -37,6 +37,7 @@ from crawlstream.lake import (
     raw_form_extras,
     redirect_extras,
 )
+from crawlstream.settings import LakeSettings
 from crawlstream.urls import canonicalize, url_key
 
 PAGES = 1
@@ -75,7 +76,8 @@ def _rows(hosts: list[str]) -> tuple[list[Any], list[Any], list[Any]]:
 
 
 def _write(root: Path, dataset_id: int, rows: list[Any], level: int) -> int:
-    writer = LakeWriter(root, zstd_level=level, file_max_rows=10_000_000, buffer_max_rows=20_000_000)
+    config = LakeSettings(zstd_level=level, file_max_rows=10_000_000, buffer_max_rows=20_000_000)
+    writer = LakeWriter(root, config=config)
     for canon, extras in rows:
         writer.add_canonical(dataset_id, canon, 1_700_000_000_000, extras)
     written = writer.flush()

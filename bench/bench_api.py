@@ -260,6 +260,7 @@ def run(quick: bool) -> dict[str, Any]:
         from crawlstream.index import IndexBuilder, IndexReader
         from crawlstream.ingest import ingest_files
         from crawlstream.lake import LakeWriter
+        from crawlstream.settings import IndexSettings
 
         t = time.perf_counter()
         if kept:
@@ -272,7 +273,7 @@ def run(quick: bool) -> dict[str, Any]:
             rows = 0
             for ds, path in enumerate(inputs, 1):
                 rows += ingest_files([path], ds, LakeWriter(root), keep_extras=False).valid
-            n_domains = IndexBuilder(root, shards=64).build(full=True).domains
+            n_domains = IndexBuilder(root, index=IndexSettings(postings_shards=64)).build(full=True).domains
         result["corpus"] = {
             "urls": rows,
             "lake": "kept from bench_index" if kept else "generated",

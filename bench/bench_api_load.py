@@ -84,6 +84,7 @@ def run(quick: bool) -> dict[str, Any]:
     from crawlstream.index import IndexBuilder
     from crawlstream.ingest import ingest_files
     from crawlstream.lake import LakeWriter
+    from crawlstream.settings import IndexSettings
 
     n_urls, big_rows, deep_offset = (150_000, 60_000, 50_000)
     work = Path(tempfile.mkdtemp(prefix="bench-api-load-", dir=os.environ.get("CRAWLSTREAM_BENCH_DIR")))
@@ -95,7 +96,7 @@ def run(quick: bool) -> dict[str, Any]:
         rows = sum(
             ingest_files([path], ds, LakeWriter(root), keep_extras=False).valid for ds, path in enumerate(inputs, 1)
         )
-        IndexBuilder(root, shards=64).build(full=True)
+        IndexBuilder(root, index=IndexSettings(postings_shards=64)).build(full=True)
         result["corpus"] = {"urls": rows, "prepare_s": round(time.perf_counter() - t, 1)}
         proc, base = _start_server(root, 4)
         try:

@@ -11,6 +11,9 @@ for ``expected`` = 100,000 URLs (20,000 quick) at 0.1%. Measured in one run, int
 * observed false-positive rate on 200,000 disjoint probes after 10x the expected count, for the
   fixed filter (what happened before) and the scalable one.
 
+Batches are of 500 members, which take the numpy path (``VECTOR_MIN_ITEMS``); ``*_batches_of_100``
+measure the per-member loop that shorter batches take.
+
 ``python -m bench dedupe [--quick]``
 """
 
@@ -28,6 +31,7 @@ from crawlstream.urls import canonicalize, url_key
 
 FPR = 0.001
 BATCH = 500
+LOOP_BATCH = 100  # below VECTOR_MIN_ITEMS: the per-member loop
 
 
 def _members(n: int) -> list[tuple[int, str]]:
@@ -49,27 +53,27 @@ def _members(n: int) -> list[tuple[int, str]]:
     return out
 
 
-def _once(make: Any, prefill: list[tuple[int, str]], batch: list[tuple[int, str]]) -> float:
-    """Seconds of ``check_and_add`` over ``batch`` (in batches of 500) after ``prefill``."""
+def _once(make: Any, prefill: list[tuple[int, str]], batch: list[tuple[int, str]], batch_size: int) -> float:
+    """Seconds of ``check_and_add`` over ``batch`` (in batches of ``batch_size``) after ``prefill``."""
     bloom = make()
     for start in range(0, len(prefill), 10_000):
         bloom.check_and_add(prefill[start : start + 10_000])
     started = time.perf_counter()
-    for start in range(0, len(batch), BATCH):
-        bloom.check_and_add(batch[start : start + BATCH])
+    for start in range(0, len(batch), batch_size):
+        bloom.check_and_add(batch[start : start + batch_size])
     return time.perf_counter() - started
 
 
 Members = list[tuple[int, str]]
 
 
-def _rates(variants: dict[str, tuple[Any, Members, Members]], rounds: int) -> dict[str, float]:
+def _rates(variants: dict[str, tuple[Any, Members, Members, int]], rounds: int) -> dict[str, float]:
     """Members/s of each variant, best of ``rounds``, the variants interleaved within each round
     (the machine's load changes by the second: a variant measured after another is not comparable)."""
     best = dict.fromkeys(variants, float("inf"))
     for _ in range(rounds):
-        for name, (make, prefill, batch) in variants.items():
-            best[name] = min(best[name], _once(make, prefill, batch))
+        for name, (make, prefill, batch, batch_size) in variants.items():
+            best[name] = min(best[name], _once(make, prefill, batch, batch_size))
     return {name: len(variants[name][2]) / seconds for name, seconds in best.items()}
 
 
@@ -83,9 +87,11 @@ def run(quick: bool) -> dict[str, Any]:
     late = members[7 * expected : 8 * expected]
     rates = _rates(
         {
-            "fixed": (lambda: BloomFilter(size), [], within),
-            "one": (lambda: ScalableBloomFilter.new(expected, FPR), [], within),
-            "four": (lambda: ScalableBloomFilter.new(expected, FPR), members[: 7 * expected], late),
+            "fixed": (lambda: BloomFilter(size), [], within, BATCH),
+            "one": (lambda: ScalableBloomFilter.new(expected, FPR), [], within, BATCH),
+            "four": (lambda: ScalableBloomFilter.new(expected, FPR), members[: 7 * expected], late, BATCH),
+            "fixed_loop": (lambda: BloomFilter(size), [], within, LOOP_BATCH),
+            "four_loop": (lambda: ScalableBloomFilter.new(expected, FPR), members[: 7 * expected], late, LOOP_BATCH),
         },
         rounds=3 if quick else 5,
     )
@@ -104,6 +110,8 @@ def run(quick: bool) -> dict[str, Any]:
             "fixed_within_expected": round(fixed_rate),
             "scalable_1_slice_within_expected": round(one_rate),
             "scalable_4_slices_after_7x": round(four_rate),
+            "fixed_within_expected_batches_of_100": round(rates["fixed_loop"]),
+            "scalable_4_slices_after_7x_batches_of_100": round(rates["four_loop"]),
         },
         "scalable_1_slice_vs_fixed": round(one_rate / fixed_rate, 3),
         "scalable_4_slices_vs_fixed": round(four_rate / fixed_rate, 3),

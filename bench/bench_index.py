@@ -336,6 +336,7 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
 
     from crawlstream.index import IndexBuilder, IndexReader
     from crawlstream.lake import LAKE_SCHEMA, LAKE_ZSTD_LEVEL, parquet_options
+    from crawlstream.settings import IndexSettings
 
     src = sorted((root / "urls" / f"dataset_id={big[1]}").rglob("part-*.parquet"))
     out = {}
@@ -347,7 +348,7 @@ def _row_group_sizes(root: Path, work: Path, big: tuple[str, int, int]) -> dict[
             table = pq.read_table(p, schema=LAKE_SCHEMA)
             pq.write_table(table, dst, row_group_size=rg_rows, store_schema=False,
                            **parquet_options(LAKE_ZSTD_LEVEL))
-        IndexBuilder(sub, shards=16).build()
+        IndexBuilder(sub, index=IndexSettings(postings_shards=16)).build()
         lake_bytes = _dir_bytes(sub / "urls")
         reader = IndexReader(sub, row_groups_cached=1)  # no row-group cache: every call decodes
         rnd = random.Random(1)
@@ -400,6 +401,7 @@ def run(quick: bool) -> dict[str, Any]:
         from crawlstream.index import IndexBuilder
         from crawlstream.ingest import ingest_files
         from crawlstream.lake import LakeWriter
+        from crawlstream.settings import IndexSettings
 
         t = time.perf_counter()
         inputs, domains, weights = generate(work, n_urls, big_rows)
@@ -417,7 +419,7 @@ def run(quick: bool) -> dict[str, Any]:
         result["real_lists"] = _real_lists(root)
 
         t = time.perf_counter()
-        build = IndexBuilder(root, shards=64).build(full=True)
+        build = IndexBuilder(root, index=IndexSettings(postings_shards=64)).build(full=True)
         build_s = time.perf_counter() - t
         result["index_build"] = {**build.to_json(), "urls_per_s": round(build.rows_scanned / build_s)}
         _progress(result)

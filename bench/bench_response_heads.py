@@ -23,7 +23,8 @@ from warcio.archiveiterator import ArchiveIterator
 from bench._harness import main, shared_data
 from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher
-from crawlstream.store import ContentStore
+from crawlstream.settings import FetchSettings
+from crawlstream.store import ContentStore, StoreConfig
 
 Page = tuple[str, bytes, bytes, str]  # url, body, head, ip
 
@@ -51,7 +52,9 @@ def demo_pages(limit: int = 400) -> list[Page]:
     async def fetch_all(web: DemoWeb, urls: list[str]) -> list[Page]:
         out: list[Page] = []
         async with Fetcher(
-            allow_private_networks=True, resolve_map=web.resolve_map, resolve_map_only=True, timeout_s=5.0
+            config=FetchSettings(allow_private_networks=True, timeout_s=5.0),
+            resolve_map=web.resolve_map,
+            resolve_map_only=True,
         ) as fetcher:
             for url in urls:
                 got = await fetcher.afetch(url)
@@ -76,7 +79,7 @@ def measure(pages: list[Page]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         for with_head in (False, True):
             root = Path(tmp) / f"store-{with_head}"
-            with ContentStore(root, fsync="never", dict_min_samples=16) as store:
+            with ContentStore(root, config=StoreConfig(fsync="never", dict_min_samples=16)) as store:
                 for i, (url, body, head, ip) in enumerate(pages):
                     store.put(
                         url,

@@ -76,10 +76,11 @@ def _rss_mb() -> float:
 
 def _pass(pages: list[tuple[str, bytes]], budget: int, memory: int) -> Callable[[], dict[str, Any]]:
     def run() -> dict[str, Any]:
-        from crawlstream.store import ContentStore
+        from crawlstream.store import ContentStore, StoreConfig
 
         with tempfile.TemporaryDirectory() as tmp:
-            store = ContentStore(Path(tmp), maintenance_budget_bytes=budget, maintenance_memory_bytes=memory)
+            config = StoreConfig(maintenance_budget_bytes=budget, maintenance_memory_bytes=memory)
+            store = ContentStore(Path(tmp), config=config)
             for url, body in pages:
                 store.put(url, body, fetched_at_ms=0)
             store.sync()
@@ -193,9 +194,9 @@ def _retrain_before(
     """Build the drifted store with retraining off: the first dictionary serves every later page."""
 
     def run() -> dict[str, Any]:
-        from crawlstream.store import ContentStore
+        from crawlstream.store import ContentStore, StoreConfig
 
-        with ContentStore(root, dict_retrain_growth=0, dict_retrain_drift=0) as store:
+        with ContentStore(root, config=StoreConfig(dict_retrain_growth=0, dict_retrain_drift=0)) as store:
             for url, body in first:
                 store.put(url, body, fetched_at_ms=0)
             store.maintain(ages_zero=True)
@@ -318,22 +319,23 @@ def _synthetic_pages() -> list[tuple[str, bytes]]:
 
 def _synthetic_pass(pages: list[tuple[str, bytes]], bzip2: bool) -> Callable[[], dict[str, Any]]:
     def run() -> dict[str, Any]:
-        from crawlstream.store import ContentStore
+        from crawlstream.store import ContentStore, StoreConfig
 
         with tempfile.TemporaryDirectory() as tmp:
-            with ContentStore(Path(tmp), archive_bzip2=bzip2) as store:
+            config = StoreConfig(archive_bzip2=bzip2)
+            with ContentStore(Path(tmp), config=config) as store:
                 for url, body in pages:
                     store.put(url, body, content_type="text/html", fetched_at_ms=0)
                 t = time.process_time()
                 store.maintain(ages_zero=True)
                 cpu_s = time.process_time() - t
                 st = store.stats()
-            with ContentStore(Path(tmp), archive_bzip2=bzip2) as store:
+            with ContentStore(Path(tmp), config=config) as store:
                 t = time.thread_time()
                 for url, _body in pages:  # URL order: a group's pages one after another, as export reads
                     store.get(url)
                 in_order_s = time.thread_time() - t
-            with ContentStore(Path(tmp), archive_bzip2=bzip2) as store:
+            with ContentStore(Path(tmp), config=config) as store:
                 cpu: list[float] = []
                 order = [url for url, _ in pages] * 3
                 random.Random(3).shuffle(order)

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.store import ContentStore, GroupHeader, scan_records
+from crawlstream.store import ContentStore, GroupHeader, StoreConfig, scan_records
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,7 +48,8 @@ HOSTILE_VALUES = [0, 1, 0x7F, 0xFFFF, 0x10000, 0x7FFFFFFF, 0xFFFFFFFF, 1 << 40, 
 
 
 def _open(root: Path) -> ContentStore:
-    return ContentStore(root, fsync="never", dict_min_samples=1 << 30, global_dict_min_samples=1 << 30)
+    config = StoreConfig(fsync="never", dict_min_samples=1 << 30, global_dict_min_samples=1 << 30)
+    return ContentStore(root, config=config)
 
 
 @pytest.fixture(scope="module")
@@ -217,14 +218,10 @@ def test_a_store_with_a_damaged_index_or_log_opens_and_serves_only_stored_bodies
 def test_a_missing_dictionary_is_reported_by_verify_not_raised(tmp_path: Path) -> None:
     """Regression: a group record whose dictionary file is gone made verify() (and start-up
     recovery, and rebuild_index) raise ChecksumMismatch instead of quarantining the group."""
-    store = ContentStore(
-        tmp_path / "store",
-        fsync="never",
-        dict_min_samples=8,
-        global_dict_min_samples=8,
-        dict_size_bytes=4096,
-        global_dict_size_bytes=4096,
+    config = StoreConfig(
+        fsync="never", dict_min_samples=8, global_dict_min_samples=8, dict_size_bytes=4096, global_dict_size_bytes=4096
     )
+    store = ContentStore(tmp_path / "store", config=config)
     pages = {
         f"https://d.example/p/{i}": (
             f"<html><title>{i}</title>" + "".join(f"<p>item {j * i}</p>" for j in range(30))

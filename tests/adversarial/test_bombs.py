@@ -20,7 +20,7 @@ import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 import brotli
@@ -29,6 +29,7 @@ import zstandard
 
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.robots import MAX_ROBOTS_BYTES
+from crawlstream.settings import FetchSettings
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -274,18 +275,20 @@ class Measured:
 def fetch(path: str, **kw: Any) -> Measured:
     async def go() -> Measured:
         async with hostile_server() as server:
-            opts: dict[str, Any] = dict(
+            config = FetchSettings(
                 user_agent="crawlstream-adversarial/1.0",
                 allow_private_networks=True,
-                resolve_map={HOST: ("127.0.0.1", server.port)},
-                resolve_map_only=True,
-                obey_robots=False,
                 timeout_s=TIMEOUT_S,
                 read_timeout_s=READ_TIMEOUT_S,
                 max_body_bytes=CAP_BYTES,
             )
-            opts.update(kw)
-            fetcher = Fetcher(**opts)
+            settings = {f.name for f in fields(FetchSettings)}
+            config = replace(config, **{k: v for k, v in kw.items() if k in settings})
+            opts: dict[str, Any] = dict(
+                resolve_map={HOST: ("127.0.0.1", server.port)}, resolve_map_only=True, obey_robots=False
+            )
+            opts.update((k, v) for k, v in kw.items() if k not in settings)
+            fetcher = Fetcher(config=config, **opts)
             tracemalloc.start()
             started = time.monotonic()
             try:

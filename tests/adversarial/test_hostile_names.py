@@ -29,7 +29,8 @@ from crawlstream.index import IndexBuilder, IndexReader
 from crawlstream.ingest import ingest_files
 from crawlstream.lake import LakeWriter
 from crawlstream.politeness import Scheduler
-from crawlstream.store import ContentStore
+from crawlstream.settings import IndexSettings, LakeSettings
+from crawlstream.store import ContentStore, StoreConfig
 from crawlstream.store._warc import export_warc
 from crawlstream.urls import canonicalize
 
@@ -289,7 +290,7 @@ def test_any_url_host_is_refused_or_stays_under_the_frontier_root(host: str, sch
 
 @pytest.fixture
 def store(data_dir: Path) -> Iterator[ContentStore]:
-    with ContentStore(data_dir / "store", fsync="never") as s:
+    with ContentStore(data_dir / "store", config=StoreConfig(fsync="never")) as s:
         yield s
 
 
@@ -314,7 +315,7 @@ def test_content_store_refuses_or_contains_hostile_urls(tmp_path: Path, data_dir
 
 def test_quarantine_of_a_hostile_url_record_stays_beside_its_segment(tmp_path: Path, data_dir: Path) -> None:
     url = "http://CON.Example.COM/..%2f..%2fetc/../../passwd"
-    with ContentStore(data_dir / "store", fsync="never") as store:
+    with ContentStore(data_dir / "store", config=StoreConfig(fsync="never")) as store:
         store.put(url, bytes(range(256)) * 64, content_type="text/html")
         victim = store.entry(url)
         assert victim is not None
@@ -322,7 +323,7 @@ def test_quarantine_of_a_hostile_url_record_stays_beside_its_segment(tmp_path: P
     data = bytearray(seg.read_bytes())
     data[victim.location.offset + victim.location.length - 10] ^= 0x55
     seg.write_bytes(bytes(data))
-    with ContentStore(data_dir / "store", fsync="never") as store:
+    with ContentStore(data_dir / "store", config=StoreConfig(fsync="never")) as store:
         assert not store.verify().ok
     assert seg.with_name(seg.name + ".invalid").exists()
     assert_contained(tmp_path, data_dir)
@@ -339,7 +340,7 @@ def test_ingest_of_hostile_urls_writes_only_under_the_data_dir_and_counts_reject
     src = data_dir / "in" / "..urls.txt"
     src.parent.mkdir(parents=True)
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with LakeWriter(data_dir, zstd_level=1) as writer:
+    with LakeWriter(data_dir, config=LakeSettings(zstd_level=1)) as writer:
         stats = ingest_files([src], 7, writer, fmt="text", rejects_dir=data_dir / "rejects")
     assert stats.rows == len(lines)
     assert stats.valid + sum(stats.invalid.values()) == stats.rows
@@ -352,11 +353,11 @@ def test_ingest_of_hostile_urls_writes_only_under_the_data_dir_and_counts_reject
 
 def test_index_of_a_hostile_lake_answers_hostile_queries_with_nothing(tmp_path: Path, data_dir: Path) -> None:
     urls = [f"http://{h}/p" for h in HOSTILE_URL_HOSTS]
-    with LakeWriter(data_dir, zstd_level=1) as writer:
+    with LakeWriter(data_dir, config=LakeSettings(zstd_level=1)) as writer:
         for url in urls:
             with contextlib.suppress(InvalidUrl):
                 writer.add_canonical(3, canonicalize(url))
-    IndexBuilder(data_dir, shards=4).build()
+    IndexBuilder(data_dir, index=IndexSettings(postings_shards=4)).build()
     reader = IndexReader(data_dir)
     try:
         pinned = reader.pin()

@@ -25,7 +25,7 @@ import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 import aiohappyeyeballs
@@ -40,6 +40,7 @@ from crawlstream.errors import InvalidUrl
 from crawlstream.events import FetchRequest
 from crawlstream.fetch import Fetcher, FetchOutcome, is_public_address
 from crawlstream.links import extract_links
+from crawlstream.settings import FetchSettings
 from crawlstream.urls import canonicalize
 from services.fetcher.main import to_result
 
@@ -146,11 +147,12 @@ class Net:
     links_html: list[str]
 
     def fetcher(self, **kw: Any) -> Fetcher:
-        opts: dict[str, Any] = dict(
-            user_agent=UA, timeout_s=5.0, read_timeout_s=2.0, dns_resolver=self.dns, max_body_bytes=64 * 1024
-        )
-        opts.update(kw)
-        return Fetcher(**opts)
+        config = FetchSettings(user_agent=UA, timeout_s=5.0, read_timeout_s=2.0, max_body_bytes=64 * 1024)
+        settings = {f.name for f in fields(FetchSettings)}
+        config = replace(config, **{k: v for k, v in kw.items() if k in settings})
+        opts: dict[str, Any] = dict(dns_resolver=self.dns)
+        opts.update((k, v) for k, v in kw.items() if k not in settings)
+        return Fetcher(config=config, **opts)
 
     def public_url(self, host: str, path: str = "/") -> str:
         return f"http://{host}:{self.public.port}{path}"

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from crawlstream.api import RUNNER_OPTIONS, Acl, create_app
 from crawlstream.lake import LakeWriter
+from crawlstream.settings import ApiSettings, LakeSettings
 from crawlstream.store import ContentStore
 from crawlstream.urls import canonicalize
 
@@ -44,7 +45,7 @@ def expected_urls(domain: str, dataset_id: int, datasets: dict[int, list[str]] =
 
 
 def write_lake(root: Path, datasets: dict[int, list[str]], *, ts_ms: int = TS_MS) -> None:
-    writer = LakeWriter(root, row_group_rows=ROW_GROUP_ROWS)
+    writer = LakeWriter(root, config=LakeSettings(row_group_rows=ROW_GROUP_ROWS))
     for dataset_id, urls in datasets.items():
         for u in urls:
             writer.add_canonical(dataset_id, canonicalize(u), ts_ms=ts_ms)
@@ -69,12 +70,10 @@ def run_client(
     async def main() -> T:
         app = create_app(
             reader,
-            max_limit=max_limit,
+            config=ApiSettings(max_limit=max_limit, default_limit=default_limit, executor_threads=executor_threads),
             acl=acl,
             anonymous_reads=anonymous_reads,
             registry=registry if registry is not None else CollectorRegistry(),
-            default_limit=default_limit,
-            executor_threads=executor_threads,
             store=store,
             status=status,
         )

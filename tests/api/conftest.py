@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from crawlstream.index import IndexBuilder, IndexReader
+from crawlstream.settings import IndexSettings, LakeSettings
 from tests.api._lake import DATASETS, ROW_GROUP_ROWS, write_lake
 
 
@@ -15,7 +16,7 @@ from tests.api._lake import DATASETS, ROW_GROUP_ROWS, write_lake
 def lake_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("api-lake")
     write_lake(root, DATASETS)
-    IndexBuilder(root, shards=4, row_group_rows=ROW_GROUP_ROWS).build()
+    IndexBuilder(root, index=IndexSettings(postings_shards=4), lake=LakeSettings(row_group_rows=ROW_GROUP_ROWS)).build()
     return root
 
 

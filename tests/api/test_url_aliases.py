@@ -22,6 +22,7 @@ from crawlstream.lake import (
     raw_form_extras,
     redirect_extras,
 )
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import canonicalize
 from tests.api._lake import run_client
 
@@ -43,7 +44,7 @@ RAW = {"HTTP://A.Example.COM:80/page/./1#top": "seed"}
 @pytest.fixture(scope="module")
 def reader(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("aliases")
-    writer = LakeWriter(root, row_group_rows=4)
+    writer = LakeWriter(root, config=LakeSettings(row_group_rows=4))
     for u in ["http://a.example.com/page/1", "https://www.b.example.org/final?x=1", "http://a.example.com/mid"]:
         writer.add_canonical(PAGES, canonicalize(u), ts_ms=TS)
     for u in [f"http://a.example.com/filler/{i}" for i in range(30)]:  # several row groups of aliases
@@ -54,7 +55,7 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Any:
     for raw, source in RAW.items():
         writer.add_canonical(RAW_FORMS_DATASET, canonicalize(raw), TS, extras_json(raw_form_extras(raw, source)))
     writer.close()
-    IndexBuilder(root, shards=2, row_group_rows=4).build()
+    IndexBuilder(root, index=IndexSettings(postings_shards=2), lake=LakeSettings(row_group_rows=4)).build()
     r = IndexReader(root)
     yield r
     r.close()

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from crawlstream.index import IndexBuilder, IndexReader
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import url_key
 from tests.api._lake import ROW_GROUP_ROWS, expected_urls, run_client, write_lake
 
@@ -93,7 +94,9 @@ def _observed(body: dict[str, Any]) -> dict[str, Any]:
 def test_flip_during_concurrent_requests_serves_each_request_from_one_version(tmp_path: Path) -> None:
     root = tmp_path
     write_lake(root, LAKE_A)
-    builder = IndexBuilder(root, shards=4, row_group_rows=ROW_GROUP_ROWS, keep_versions=1)
+    builder = IndexBuilder(
+        root, index=IndexSettings(postings_shards=4, keep_versions=1), lake=LakeSettings(row_group_rows=ROW_GROUP_ROWS)
+    )
     version_a = builder.build().version
     assert version_a is not None
     reader = IndexReader(root)

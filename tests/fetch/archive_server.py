@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.settings import FetchSettings
 
 ARCHIVE_BODY = b"<html><title>t</title><body>" + b"hello archive " * 200 + b"</body></html>"
 
@@ -41,7 +42,9 @@ async def fetch_from_server(handler: Callable[[web.Request], Any], path: str = "
     await site.start()
     port = runner.addresses[0][1]
     try:
-        async with Fetcher(allow_private_networks=True, obey_robots=False, timeout_s=5.0) as fetcher:
+        async with Fetcher(
+            config=FetchSettings(allow_private_networks=True, timeout_s=5.0), obey_robots=False
+        ) as fetcher:
             return await fetcher.afetch(f"http://127.0.0.1:{port}{path}")
     finally:
         await runner.cleanup()

@@ -12,6 +12,7 @@ import xxhash
 
 from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.settings import FetchSettings
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +24,9 @@ def web() -> Iterator[DemoWeb]:
 def _fetch(web: DemoWeb, url: str, **kw: Any) -> FetchOutcome:
     async def go() -> FetchOutcome:
         async with Fetcher(
-            user_agent="crawlstream-test/1.0",
-            allow_private_networks=True,
+            config=FetchSettings(user_agent="crawlstream-test/1.0", allow_private_networks=True, timeout_s=5.0),
             resolve_map=web.resolve_map,
             resolve_map_only=True,
-            timeout_s=5.0,
         ) as fetcher:
             return await fetcher.afetch(url, attempt=0, **kw)
 

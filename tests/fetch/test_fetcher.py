@@ -11,6 +11,7 @@ from aiohttp import ClientSession, web
 from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.devtools.demoweb._render import PNG_BYTES
 from crawlstream.fetch import Fetcher, FetchOutcome
+from crawlstream.settings import FetchSettings
 from tests.fetch.fetch_support import UA, demo_fetcher
 
 T = TypeVar("T")
@@ -156,7 +157,7 @@ def test_localhost_name_is_blocked_after_real_dns(demo_web: DemoWeb) -> None:
 
 
 def test_unresolvable_host_is_a_dns_error() -> None:
-    fetcher = Fetcher(user_agent=UA, timeout_s=5.0)
+    fetcher = Fetcher(config=FetchSettings(user_agent=UA, timeout_s=5.0))
     out = run(fetch_all(fetcher, "http://no-such-host.invalid/page"))[0]
     assert out.outcome == "dns_error" and out.status == 0
 
@@ -173,7 +174,9 @@ def test_refused_connection_is_a_connect_error(demo_web: DemoWeb) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     fetcher = Fetcher(
-        user_agent=UA, allow_private_networks=True, resolve_map={"closed.test": ("127.0.0.1", port)}, obey_robots=False
+        config=FetchSettings(user_agent=UA, allow_private_networks=True),
+        resolve_map={"closed.test": ("127.0.0.1", port)},
+        obey_robots=False,
     )
     out = run(fetch_all(fetcher, "http://closed.test/"))[0]
     assert out.outcome == "connect_error"
@@ -264,14 +267,15 @@ def test_demo_web_doubles_as_a_forward_proxy_for_its_hosts(demo_web: DemoWeb) ->
     """The other way to reach the demo (e.g. for Scrapy): --http-proxy http://127.0.0.1:PORT, no resolver map."""
     host = domain(demo_web, 13)
     demo_web.clear_log()
-    fetcher = Fetcher(user_agent=UA, http_proxy=demo_web.proxy_url, timeout_s=5.0)
+    fetcher = Fetcher(config=FetchSettings(user_agent=UA, http_proxy=demo_web.proxy_url, timeout_s=5.0))
     out = run(fetch_all(fetcher, f"http://{host}/p/1"))[0]
     assert out.outcome == "ok" and b"<a " in out.body
     assert paths_requested(demo_web, host) == ["/robots.txt", "/p/1"]
 
 
 def test_proxied_target_resolving_to_loopback_is_still_blocked(demo_web: DemoWeb) -> None:
-    fetcher = Fetcher(user_agent=UA, http_proxy=f"http://127.0.0.1:{demo_web.port}", timeout_s=5.0)
+    config = FetchSettings(user_agent=UA, http_proxy=f"http://127.0.0.1:{demo_web.port}", timeout_s=5.0)
+    fetcher = Fetcher(config=config)
     out = run(fetch_all(fetcher, "http://localhost/"))[0]
     assert out.outcome == "blocked_private"
 

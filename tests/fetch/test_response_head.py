@@ -12,6 +12,7 @@ from aiohttp import web
 from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.fetch import Fetcher, FetchOutcome
 from crawlstream.fetch._outcome import MAX_RESPONSE_HEAD_BYTES, response_head
+from crawlstream.settings import FetchSettings
 from tests.fetch.archive_server import ARCHIVE_BODY, archive_page, fetch_from_server
 
 
@@ -67,7 +68,9 @@ def test_error_responses_keep_their_head_too() -> None:
 def test_the_demo_web_head_names_its_server() -> None:
     async def go(demo: DemoWeb) -> FetchOutcome:
         async with Fetcher(
-            allow_private_networks=True, resolve_map=demo.resolve_map, resolve_map_only=True, timeout_s=5.0
+            config=FetchSettings(allow_private_networks=True, timeout_s=5.0),
+            resolve_map=demo.resolve_map,
+            resolve_map_only=True,
         ) as fetcher:
             return await fetcher.afetch(demo.seed_urls()[0])
 
@@ -80,7 +83,8 @@ def test_the_demo_web_head_names_its_server() -> None:
 
 def test_a_connection_failure_has_no_head_or_address() -> None:
     async def go() -> FetchOutcome:
-        async with Fetcher(allow_private_networks=True, obey_robots=False, timeout_s=2.0) as fetcher:
+        config = FetchSettings(allow_private_networks=True, timeout_s=2.0)
+        async with Fetcher(config=config, obey_robots=False) as fetcher:
             return await fetcher.afetch("http://127.0.0.1:9/")  # discard port: nothing listens
 
     outcome = asyncio.run(go())

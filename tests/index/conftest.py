@@ -12,6 +12,7 @@ import pytest
 from crawlstream.errors import InvalidUrl
 from crawlstream.index import IndexBuilder
 from crawlstream.lake import LakeWriter
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import canonicalize
 
 DATASETS = 20
@@ -39,7 +40,7 @@ def write_test_lake(root: Path, shared_data: Path, *, seed: int = 7, row_group_r
     weights = [1.0 / (i + 1) ** 1.1 for i in range(len(hosts))]
     reddit = _reddit(shared_data, 3000)
     for rnd_pass in range(2):
-        w = LakeWriter(root, row_group_rows=row_group_rows)
+        w = LakeWriter(root, config=LakeSettings(row_group_rows=row_group_rows))
         for ds in range(1, DATASETS + 1):
             if rnd_pass == 1 and ds % 4:
                 continue  # only every 4th dataset gets a second (overlapping) ingest
@@ -59,5 +60,5 @@ def write_test_lake(root: Path, shared_data: Path, *, seed: int = 7, row_group_r
 def lake_root(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
     root = tmp_path_factory.mktemp("lake")
     write_test_lake(root, shared_data)
-    IndexBuilder(root, shards=8).build()
+    IndexBuilder(root, index=IndexSettings(postings_shards=8)).build()
     return root

@@ -11,11 +11,12 @@ import pytest
 from crawlstream.index import IndexBuilder, IndexReader, PinnedIndex, read_manifest
 from crawlstream.index import _builder as builder_module
 from crawlstream.lake import LakeWriter, build_table, partition_dir, write_lake_file
+from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import canonicalize, domain_prefix, url_key
 
 
 def _write(root: Path, rows: list[tuple[int, str]], *, row_group_rows: int = 8) -> None:
-    with LakeWriter(root, row_group_rows=row_group_rows) as w:
+    with LakeWriter(root, config=LakeSettings(row_group_rows=row_group_rows)) as w:
         for ds, url in rows:
             w.add_canonical(ds, canonicalize(url))
 
@@ -37,7 +38,7 @@ def _snapshot(idx: PinnedIndex) -> dict[tuple[str, int], list[tuple[int, str, in
 
 
 def test_incremental_and_compacted_builds_answer_like_a_full_rebuild(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=3)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=3))
     _write(tmp_path, _batch(40, 1) + _batch(30, 2))
     first = builder.build()
     _write(tmp_path, _batch(40, 1, start=20) + _batch(10, 3))  # overlaps: a replay of 20 rows
@@ -61,7 +62,7 @@ def test_incremental_and_compacted_builds_answer_like_a_full_rebuild(tmp_path: P
 
 
 def test_a_version_in_an_older_postings_format_is_rebuilt_in_full(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=3)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=3))
     _write(tmp_path, _batch(40, 1))
     first = builder.build()
     manifest = read_manifest(tmp_path)
@@ -74,7 +75,7 @@ def test_a_version_in_an_older_postings_format_is_rebuilt_in_full(tmp_path: Path
 
 
 def test_build_without_new_files_writes_no_version(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(10, 1))
     assert builder.build().version is not None
     assert builder.build().version is None
@@ -94,7 +95,7 @@ def test_forced_url_key_collision_is_answered_by_url(tmp_path: Path, monkeypatch
     write_lake_file(table, partition_dir(tmp_path, 7, domain_prefix(a.domain)), row_group_rows=8, zstd_level=3)
     only_b, _ = build_table([b.url], [b.domain], [3], [None])
     write_lake_file(only_b, partition_dir(tmp_path, 8, domain_prefix(b.domain)), row_group_rows=8, zstd_level=3)
-    IndexBuilder(tmp_path, shards=2).build()
+    IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2)).build()
     with IndexReader(tmp_path).pin() as idx:
         assert idx.lookup_url(a.url) == [7]
         assert idx.lookup_url(b.url) == [7, 8]
@@ -104,7 +105,7 @@ def test_forced_url_key_collision_is_answered_by_url(tmp_path: Path, monkeypatch
 
 
 def test_manifest_flip_during_concurrent_reads_never_mixes_versions(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(50, 1))
     builder.build()
     reader = IndexReader(tmp_path)
@@ -141,7 +142,7 @@ def test_manifest_flip_during_concurrent_reads_never_mixes_versions(tmp_path: Pa
 
 
 def test_gc_keeps_a_pinned_version_and_removes_it_once_released(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(10, 1))
     v1 = builder.build().version
     reader = IndexReader(tmp_path)
@@ -165,7 +166,7 @@ def test_gc_keeps_a_pinned_version_and_removes_it_once_released(tmp_path: Path) 
 def test_crash_before_the_flip_leaves_the_previous_version_serving(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(10, 1))
     v1 = builder.build().version
     _write(tmp_path, _batch(10, 2))
@@ -189,7 +190,7 @@ def test_crash_before_the_flip_leaves_the_previous_version_serving(
 
 
 def test_a_half_written_temp_version_is_never_referenced(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(10, 1))
     v1 = builder.build().version
     (tmp_path / "index" / ".tmp-000009-x").mkdir()
@@ -198,7 +199,7 @@ def test_a_half_written_temp_version_is_never_referenced(tmp_path: Path) -> None
 
 
 def test_gc_deletes_lake_files_retired_by_compaction_only_after_their_versions(tmp_path: Path) -> None:
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(20, 1))
     builder.build()
     _write(tmp_path, _batch(20, 1, start=10))
@@ -224,7 +225,7 @@ def test_reader_without_an_index_says_how_to_build_one(tmp_path: Path) -> None:
 def test_a_corrupt_postings_block_is_refused_on_first_use(tmp_path: Path) -> None:
     from crawlstream.errors import ChecksumMismatch
 
-    builder = IndexBuilder(tmp_path, shards=1)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=1))
     _write(tmp_path, _batch(10, 1))
     version = builder.build().version
     shard = tmp_path / "index" / str(version) / "postings.bin"
@@ -239,7 +240,7 @@ def test_a_pin_held_by_another_process_blocks_gc_until_that_process_dies(tmp_pat
     import subprocess
     import sys
 
-    builder = IndexBuilder(tmp_path, shards=2)
+    builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2))
     _write(tmp_path, _batch(10, 1))
     v1 = builder.build().version
     script = (

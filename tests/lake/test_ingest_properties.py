@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from crawlstream.errors import BadDataError, CrawlstreamError
 from crawlstream.ingest import IngestStats, ingest_files, iter_batches
 from crawlstream.lake import LakeWriter
+from crawlstream.settings import LakeSettings
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -56,8 +57,8 @@ def _compress(data: bytes, compression: str) -> bytes:
 def _ingest(path: Path, fmt: str, tmp: Path) -> IngestStats | None:
     """ingest_files's stats with the invariants checked, or None when the file was refused."""
     try:
-        stats = ingest_files([path], 1, LakeWriter(tmp / "lake", zstd_level=1), fmt=fmt, ts_field="t",
-                             rejects_dir=tmp / "rejects")
+        writer = LakeWriter(tmp / "lake", config=LakeSettings(zstd_level=1))
+        stats = ingest_files([path], 1, writer, fmt=fmt, ts_field="t", rejects_dir=tmp / "rejects")
     except CrawlstreamError as exc:
         assert isinstance(exc, BadDataError) and str(path) in str(exc)
         return None

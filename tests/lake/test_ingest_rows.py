@@ -17,10 +17,11 @@ from crawlstream.cli import main
 from crawlstream.errors import BadDataError
 from crawlstream.ingest import IngestStats, ingest_files, iter_batches
 from crawlstream.lake import LakeWriter
+from crawlstream.settings import LakeSettings
 
 
 def _ingest(tmp_path: Path, *paths: Path, **kwargs: Any) -> IngestStats:
-    stats = ingest_files(list(paths), 3, LakeWriter(tmp_path / "lake", zstd_level=1),
+    stats = ingest_files(list(paths), 3, LakeWriter(tmp_path / "lake", config=LakeSettings(zstd_level=1)),
                          rejects_dir=tmp_path / "rejects", **kwargs)
     assert stats.rows == stats.valid + sum(stats.invalid.values())
     for file in stats.files:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawlstream.lake import LAKE_SCHEMA, LakeWriter, compact_partition, join_url, list_lake_files, split_url
+from crawlstream.settings import LakeSettings
 from crawlstream.urls import canonicalize
 
 
@@ -30,8 +31,8 @@ def test_split_url_separates_a_non_default_port() -> None:
     assert split_url("http://[::1]/") == ("http", "[::1]", None, "/")
 
 
-def _write(root: Path, urls: list[str], ds: int = 1, **kwargs: int) -> LakeWriter:
-    w = LakeWriter(root, **kwargs)
+def _write(root: Path, urls: list[str], ds: int = 1, **config: int) -> LakeWriter:
+    w = LakeWriter(root, config=LakeSettings(**config))
     for i, u in enumerate(urls):
         w.add_canonical(ds, canonicalize(u), ts_ms=1000 + i)
     w.close()
@@ -82,7 +83,7 @@ def test_an_unfinished_temp_file_is_never_listed(tmp_path: Path) -> None:
 
 
 def test_a_full_buffer_publishes_its_largest_partition(tmp_path: Path) -> None:
-    w = LakeWriter(tmp_path, buffer_max_rows=50)
+    w = LakeWriter(tmp_path, config=LakeSettings(buffer_max_rows=50))
     for i in range(120):
         w.add_canonical(1, canonicalize(f"http://big.com/{i}"))
     assert len(w.written) == 2 and w.buffered_rows == 20

@@ -24,7 +24,7 @@ from crawlstream.fetch import Fetcher
 from crawlstream.migrate import MigrationReport
 from crawlstream.robots import ImportedRobotsTxt
 from crawlstream.runtime import open_host
-from crawlstream.settings import Settings
+from crawlstream.settings import FetchSettings, Settings
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
 from e2e_support import crawl_settings, demo_web, page_requests
@@ -175,11 +175,10 @@ def test_the_fetcher_obeys_an_imported_robots_txt_until_it_expires() -> None:
             return ImportedRobotsTxt(body, expires_at_ms) if origin.endswith(host) else None
 
         fetcher = Fetcher(
-            allow_private_networks=True,
+            config=FetchSettings(allow_private_networks=True, timeout_s=5.0),
             resolve_map=web.resolve_map,
             resolve_map_only=True,
             imported_robots=imported,
-            timeout_s=5.0,
         )
 
         async def fetch_twice() -> tuple[str, str]:

@@ -12,7 +12,7 @@ import pytest
 from crawlstream.index import IndexBuilder, IndexReader, read_manifest
 from crawlstream.index.service import IndexCompactor, build, max_live_files_per_partition
 from crawlstream.lake import LakeWriter
-from crawlstream.settings import Settings
+from crawlstream.settings import IndexSettings, Settings
 from crawlstream.urls import canonicalize
 from tests.services._support import host_for
 
@@ -55,7 +55,9 @@ def test_fragmented_partition_is_compacted_and_answers_stay_the_same(tmp_path: P
     urls = [f"https://shop.example.com/p/{i}" for i in range(12)]
     for chunk in (urls[:4], urls[4:8], urls[8:], urls[:2]):  # 4 flushes, one of them a replay
         write_files(root, chunk)
-    compactor = IndexCompactor(IndexBuilder(root, keep_versions=2), interval_s=60, compact_min_files=3)
+    compactor = IndexCompactor(
+        IndexBuilder(root, index=IndexSettings(keep_versions=2)), interval_s=60, compact_min_files=3
+    )
     tick = compactor.run_once()
     assert tick.compaction is not None and tick.compaction.compacted_partitions == 1
     assert max_live_files_per_partition(root) == 1

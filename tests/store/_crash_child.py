@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from crawlstream.devtools.demoweb._render import _padding
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 
 
 def body_for(url: str) -> bytes:
@@ -36,7 +36,8 @@ def body_for(url: str) -> bytes:
 def main() -> None:
     mode, root, side = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    store = ContentStore(root, segment_bytes=256 * 1024, dict_min_samples=8, global_dict_min_samples=16)
+    config = StoreConfig(segment_bytes=256 * 1024, dict_min_samples=8, global_dict_min_samples=16)
+    store = ContentStore(root, config=config)
     if mode == "append":
         i = 0
         while True:
@@ -63,8 +64,7 @@ def main() -> None:
 
 
 def maintain(root: Path, fd: int, count: int) -> None:
-    store = ContentStore(
-        root,
+    config = StoreConfig(
         segment_bytes=64 * 1024,
         dict_min_samples=8,
         global_dict_min_samples=16,
@@ -73,6 +73,7 @@ def maintain(root: Path, fd: int, count: int) -> None:
         cold_level=9,
         archive_level=9,
     )
+    store = ContentStore(root, config=config)
     for i in range(count):
         url = f"https://site{i % 5}.example.com/page/{i}"
         store.put(url, body_for(url), fetched_at_ms=i)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import load_pages
 
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 
-OPTS: dict[str, Any] = dict(
+OPTS = StoreConfig(
     warm_level=3,
     cold_level=6,
     archive_level=6,
@@ -42,7 +41,7 @@ def main() -> None:
     products = [i for i, (url, _) in enumerate(pages) if "booksamillion.com" in url]
     others = [i for i, (url, body) in enumerate(pages) if "booksamillion.com" not in url and len(body) < 200_000]
     fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    store = ContentStore(root, **OPTS)
+    store = ContentStore(root, config=OPTS)
     n = 0
 
     def put(index: int) -> None:

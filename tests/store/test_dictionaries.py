@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 
 
 def _page(i: int) -> bytes:
@@ -21,7 +21,7 @@ def _page(i: int) -> bytes:
 
 def _fill(root: Path, **kw: int) -> int:
     total = 0
-    with ContentStore(root, dict_min_samples=8, **kw) as store:  # type: ignore[arg-type]
+    with ContentStore(root, config=StoreConfig(dict_min_samples=8, **kw)) as store:  # type: ignore[arg-type]
         for i in range(40):
             body = _page(i)
             total += len(body)
@@ -83,7 +83,7 @@ def test_the_global_dictionary_learns_from_every_domain_not_only_the_first_three
     def marker(d: int) -> bytes:
         return random.Random(d).randbytes(600).hex().encode()  # this domain's own text, in each of its pages
 
-    with ContentStore(tmp_path, dict_sample_divisor=2, cold_level=3, archive_level=3) as store:
+    with ContentStore(tmp_path, config=StoreConfig(dict_sample_divisor=2, cold_level=3, archive_level=3)) as store:
         for d in range(40):
             for p in range(2):
                 body = b"<html><body>" + marker(d) + b"<p>page %d</p>" % p + _page(p)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ from store_support import group_headers
 
 from crawlstream.devtools.demoweb._render import _padding
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, decode_record_header
+from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, StoreConfig, decode_record_header
 
-NO_DICTS = dict(dict_min_samples=10_000, global_dict_min_samples=10_000)
+NO_DICTS = StoreConfig(dict_min_samples=10_000, global_dict_min_samples=10_000)
 
 
 def _noise(i: int, size: int = 30_000) -> bytes:
@@ -23,7 +24,7 @@ def _noise(i: int, size: int = 30_000) -> bytes:
 def _grouped_store(root: Path, n: int = 8) -> tuple[list[str], list[bytes]]:
     urls = [f"https://example.com/p/{i}" for i in range(n)]
     bodies = [_noise(i) for i in range(n)]
-    with ContentStore(root, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(root, config=NO_DICTS) as store:
         for url, body in zip(urls, bodies, strict=True):
             store.put(url, body, content_type="application/octet-stream", title=url[-1], fetched_at_ms=5)
         store.recompress(older_than_s=0, tier="cold", now_ms=10)
@@ -32,7 +33,7 @@ def _grouped_store(root: Path, n: int = 8) -> tuple[list[str], list[bytes]]:
 
 def test_recompressed_pages_share_one_group_frame_and_read_alone(tmp_path: Path) -> None:
     urls, bodies = _grouped_store(tmp_path)
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         locs = [store.entry(u).location for u in urls]  # type: ignore[union-attr]
         assert len({(loc.segment, loc.offset, loc.length) for loc in locs}) == 1
         assert [loc.member for loc in locs] == list(range(len(urls)))  # sorted by URL inside the frame
@@ -46,7 +47,7 @@ def test_recompressed_pages_share_one_group_frame_and_read_alone(tmp_path: Path)
 
 
 def test_group_bytes_caps_the_raw_size_of_a_frame(tmp_path: Path) -> None:
-    with ContentStore(tmp_path, group_bytes=70_000, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=replace(NO_DICTS, group_bytes=70_000)) as store:
         for i in range(8):
             store.put(f"https://example.com/p/{i}", _noise(i), fetched_at_ms=0)
         store.recompress(older_than_s=0, now_ms=1)
@@ -62,7 +63,8 @@ def _html(i: int) -> bytes:
 
 def test_global_dictionary_groups_are_capped_by_global_group_bytes_and_sorted_by_body_size(tmp_path: Path) -> None:
     pages = {f"https://site{i}.example.org/p": _html(i) for i in range(40)}
-    with ContentStore(tmp_path, dict_min_samples=10_000, global_dict_min_samples=8, global_group_bytes=60_000) as store:
+    config = StoreConfig(dict_min_samples=10_000, global_dict_min_samples=8, global_group_bytes=60_000)
+    with ContentStore(tmp_path, config=config) as store:
         for url, body in pages.items():
             store.put(url, body, fetched_at_ms=0)
         assert store.recompress(older_than_s=0, now_ms=1).dictionaries_trained == 1
@@ -79,14 +81,14 @@ def test_global_dictionary_groups_are_capped_by_global_group_bytes_and_sorted_by
 
 def test_identical_bodies_in_a_group_are_stored_once_and_survive_rebuild(tmp_path: Path) -> None:
     body = b"<html>" + b"same page " * 3000 + b"</html>"
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         for i in range(4):
             store.put(f"https://example.com/{i}", body, fetched_at_ms=0)
         store.put("https://example.com/other", body + b"x", fetched_at_ms=0)
         store.recompress(older_than_s=0, now_ms=1)
         assert store.stats().bodies == 2
         assert store.rebuild_index() == 5
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         assert all(store.get(f"https://example.com/{i}") == body for i in range(4))
         assert store.get("https://example.com/other") == body + b"x"
         assert len({e.location for e in store.search()}) == 2
@@ -95,7 +97,7 @@ def test_identical_bodies_in_a_group_are_stored_once_and_survive_rebuild(tmp_pat
 
 def test_one_damaged_member_is_quarantined_and_the_rest_of_its_frame_stays_readable(tmp_path: Path) -> None:
     urls, bodies = _grouped_store(tmp_path)
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         loc = store.entry(urls[5]).location  # type: ignore[union-attr]
     seg = tmp_path / "segments" / loc.segment
     data = bytearray(seg.read_bytes())
@@ -106,7 +108,7 @@ def test_one_damaged_member_is_quarantined_and_the_rest_of_its_frame_stays_reada
     flip = loc.offset + header.header_size + victim.start + victim.meta_len + 15_000
     data[flip] ^= 0x55
     seg.write_bytes(bytes(data))
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         with pytest.raises(ChecksumMismatch):
             store.get(urls[5])
         for i, url in enumerate(urls):
@@ -118,7 +120,7 @@ def test_one_damaged_member_is_quarantined_and_the_rest_of_its_frame_stays_reada
         assert "[5]" in report.problems[0].detail
     invalid = seg.with_name(seg.name + ".invalid")
     assert invalid.read_bytes() == bytes(data[loc.offset : loc.offset + loc.length])
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         with pytest.raises(ChecksumMismatch):  # the member quarantine survives a restart
             store.get(urls[5])
         assert store.rebuild_index() == len(urls) - 1  # the intact members are re-indexed
@@ -127,14 +129,14 @@ def test_one_damaged_member_is_quarantined_and_the_rest_of_its_frame_stays_reada
 
 def test_damaged_group_header_quarantines_the_region_and_keeps_other_records(tmp_path: Path) -> None:
     urls, _ = _grouped_store(tmp_path, n=3)
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         store.put("https://example.com/hot", b"still hot", fetched_at_ms=20)
         loc = store.entry(urls[0]).location  # type: ignore[union-attr]
     seg = tmp_path / "segments" / loc.segment
     data = bytearray(seg.read_bytes())
     data[loc.offset + 12] ^= 0x01  # inside the member table: the header crc fails
     seg.write_bytes(bytes(data))
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         for url in urls:
             with pytest.raises(ChecksumMismatch):
                 store.get(url)
@@ -147,17 +149,17 @@ def test_torn_group_at_a_segment_tail_is_truncated_and_a_complete_unindexed_one_
 ) -> None:
     """The two states a kill -9 during recompression into groups can leave (step 2 of recompress)."""
     urls, bodies = _grouped_store(tmp_path, n=4)
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         loc = store.entry(urls[0]).location  # type: ignore[union-attr]
     seg = tmp_path / "segments" / loc.segment
     data = seg.read_bytes()
     record = data[loc.offset : loc.offset + loc.length]
     seg.write_bytes(data + record[: len(record) // 2])  # cut short mid-frame
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         assert seg.stat().st_size == len(data) and store.recovered_records == 0
         assert all(store.get(u) == b for u, b in zip(urls, bodies, strict=True))
     seg.write_bytes(data + record)  # complete, but its index entries were never written
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         assert store.recovered_records == len(urls)
         assert {store.entry(u).location.offset for u in urls} == {len(data)}  # type: ignore[union-attr]
         assert all(store.get(u) == b for u, b in zip(urls, bodies, strict=True))
@@ -171,7 +173,7 @@ def _prose(seed: int, size: int = 30_000) -> bytes:
 
 def _prose_store(root: Path, **opts: object) -> dict[str, bytes]:
     pages = {f"https://{site}.example/p/{i}": _prose(i + 10 * n) for n, site in enumerate("ab") for i in range(8)}
-    with ContentStore(root, group_bytes=300_000, **NO_DICTS, **opts) as store:  # type: ignore[arg-type]
+    with ContentStore(root, config=replace(NO_DICTS, group_bytes=300_000, **opts)) as store:  # type: ignore[arg-type]
         for url, body in pages.items():
             store.put(url, body, content_type="text/html", fetched_at_ms=0)
         store.recompress(older_than_s=0, tier="cold", now_ms=1)
@@ -187,7 +189,7 @@ def test_an_archive_group_of_prose_is_bzip2_when_smaller_and_reads_like_any_othe
     sizes = {}
     for name, kind in (("bz", KIND_GROUP_BZIP2), ("zstd", KIND_GROUP)):
         root = tmp_path / name
-        with ContentStore(root, **NO_DICTS) as store:  # type: ignore[arg-type]
+        with ContentStore(root, config=NO_DICTS) as store:
             headers = group_headers(root, store)
             assert len(headers) == 2 and {(h.kind, h.dict_id) for h in headers.values()} == {(kind, 0)}
             assert all(store.get(url) == body for url, body in pages.items())
@@ -200,7 +202,7 @@ def test_an_archive_group_of_prose_is_bzip2_when_smaller_and_reads_like_any_othe
 
 def test_a_damaged_bzip2_group_is_quarantined_and_the_other_groups_stay_readable(tmp_path: Path) -> None:
     pages = _prose_store(tmp_path)
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         loc = store.entry("https://a.example/p/3").location  # type: ignore[union-attr]
     seg = tmp_path / "segments" / loc.segment
     data = bytearray(seg.read_bytes())
@@ -208,7 +210,7 @@ def test_a_damaged_bzip2_group_is_quarantined_and_the_other_groups_stay_readable
     assert isinstance(header, GroupHeader) and header.kind == KIND_GROUP_BZIP2
     data[loc.offset + header.header_size + header.frame_size // 2] ^= 0x55
     seg.write_bytes(bytes(data))
-    with ContentStore(tmp_path, **NO_DICTS) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=NO_DICTS) as store:
         lost = {url for url in pages if url.startswith("https://a.")}
         for url, body in pages.items():
             if url in lost:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from crawlstream.store import ContentStore, UnsupportedFormat, decode_log_records
+from crawlstream.store import ContentStore, StoreConfig, UnsupportedFormat, decode_log_records
 
 PAGE = b"<html><head><title>t</title></head><body>" + b"<p>hello world</p>" * 200 + b"</body></html>"
 
 
 def _fill(root: Path) -> dict[str, bytes]:
     pages = {f"https://example.com/p/{i}": PAGE + str(i).encode() * 20 for i in range(40)}
-    with ContentStore(root, dict_min_samples=8) as store:
+    with ContentStore(root, config=StoreConfig(dict_min_samples=8)) as store:
         for url, body in pages.items():
             store.put(url, body, content_type="text/html", title=url[-2:], fetched_at_ms=0)
         store.tag("https://example.com/p/1", "keep")

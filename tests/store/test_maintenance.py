@@ -14,7 +14,7 @@ import zstandard as zstd
 from warcio.archiveiterator import ArchiveIterator
 
 from crawlstream.cli import main as cli_main
-from crawlstream.store import ContentStore, export_warc
+from crawlstream.store import ContentStore, StoreConfig, export_warc
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +41,7 @@ def test_a_pass_with_ages_zero_reads_back_every_page_and_beats_one_zstd19_stream
     pages = _sample(real_pages, 150)
     raw = sum(len(b) for _, b in pages)
     stream_ratio = raw / len(zstd.ZstdCompressor(level=19).compress(b"".join(b for _, b in pages)))
-    with ContentStore(tmp_path / "s", maintenance_budget_bytes=8 * 1024 * 1024) as store:
+    with ContentStore(tmp_path / "s", config=StoreConfig(maintenance_budget_bytes=8 * 1024 * 1024)) as store:
         for url, body in pages:
             store.put(url, body, content_type="text/html", fetched_at_ms=0)
         steps: list[str] = []
@@ -72,8 +72,10 @@ def test_steps_are_bounded_by_the_budget_and_move_the_oldest_first(
     tmp_path: Path, real_pages: list[tuple[str, bytes]]
 ) -> None:
     pages = _sample(real_pages, 40, seed=2)
-    opts = dict(warm_level=1, cold_level=1, archive_level=1, maintenance_budget_bytes=256 * 1024)
-    with ContentStore(tmp_path, warm_after_s=10, **opts) as store:  # type: ignore[arg-type]
+    config = StoreConfig(
+        warm_level=1, cold_level=1, archive_level=1, maintenance_budget_bytes=256 * 1024, warm_after_s=10
+    )
+    with ContentStore(tmp_path, config=config) as store:
         _fill(store, pages[:20], at_ms=0)
         _fill(store, pages[20:], at_ms=50_000)
         report = store.maintenance_step(now_ms=20_000)  # only the first 20 are 10 s old
@@ -94,8 +96,15 @@ def test_puts_during_a_pass_are_not_blocked_beyond_the_swap(
     """A maintenance pass at level 19 on another thread; puts go on and their worst latency stays small."""
     pages = _sample(real_pages, 60, seed=3)
     extra = _sample(real_pages, 200, seed=4)
-    opts = dict(warm_after_s=0.0, cold_after_s=0.0, archive_after_s=0.0, maintenance_budget_bytes=2 * 1024 * 1024)
-    with ContentStore(tmp_path, cold_level=19, archive_level=19, **opts) as store:  # type: ignore[arg-type]
+    config = StoreConfig(
+        warm_after_s=0.0,
+        cold_after_s=0.0,
+        archive_after_s=0.0,
+        maintenance_budget_bytes=2 * 1024 * 1024,
+        cold_level=19,
+        archive_level=19,
+    )
+    with ContentStore(tmp_path, config=config) as store:
         _fill(store, pages)
         done = threading.Event()
         result: list[object] = []
@@ -130,7 +139,7 @@ def test_puts_during_a_pass_are_not_blocked_beyond_the_swap(
 
 def test_entries_deleted_or_replaced_during_a_step_are_left_as_they_are(tmp_path: Path) -> None:
     page = b"<html><body>" + b"<p>some text of a page</p>" * 300
-    with ContentStore(tmp_path, cold_level=1, archive_level=1) as store:
+    with ContentStore(tmp_path, config=StoreConfig(cold_level=1, archive_level=1)) as store:
         for i in range(30):
             store.put(f"https://a.example.com/{i}", page + str(i).encode(), fetched_at_ms=0)
         real_rewrite = store._tiering.rewriter.rewrite
@@ -167,11 +176,11 @@ def test_compaction_frees_deleted_pages(tmp_path: Path, real_pages: list[tuple[s
     assert len(ours) == 60
     # compact_dead_ratio 0.2: pages of other domains share the segments, so a half-deleted domain
     # leaves some below the default 0.5
-    opts = dict(
+    config = StoreConfig(
         cold_level=3, archive_level=3, segment_bytes=64 * 1024, dict_min_samples=16, compact_dead_ratio=0.2
     )
     root = tmp_path / "s"
-    with ContentStore(root, **opts) as store:  # type: ignore[arg-type]
+    with ContentStore(root, config=config) as store:
         _fill(store, ours + others)
         if tier == "archive":
             store.maintain(ages_zero=True)
@@ -267,7 +276,7 @@ def test_cli_maintain_stats_and_verify(
 def test_a_cancelled_step_leaves_nothing_behind(tmp_path: Path) -> None:
     page = b"<html><body>" + b"<p>some text of a page</p>" * 300
     cancel = threading.Event()
-    with ContentStore(tmp_path, cold_level=1, archive_level=1) as store:
+    with ContentStore(tmp_path, config=StoreConfig(cold_level=1, archive_level=1)) as store:
         for i in range(20):
             store.put(f"https://a.example.com/{i}", page + str(i).encode(), fetched_at_ms=0)
         segments = sorted(p.name for p in (tmp_path / "segments").rglob("*.seg"))

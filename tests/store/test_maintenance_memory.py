@@ -6,7 +6,7 @@ from pathlib import Path
 
 import zstandard as zstd
 
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 from crawlstream.store._dicts import DictionaryStore, capped_params
 from crawlstream.store._training import sample_cap_bytes
 
@@ -40,8 +40,11 @@ def test_a_small_memory_budget_bounds_batches_and_training_samples_but_not_the_d
     pages = [(f"https://shop.example.com/p/{i}", _page(i)) for i in range(120)]
     total = sum(len(b) for _, b in pages)
     assert total > 2 * sample_cap_bytes(1 << 20)
-    opts = dict(warm_level=3, cold_level=3, archive_level=3, dict_min_samples=8, dict_size_bytes=1 << 20)
-    with ContentStore(tmp_path, maintenance_memory_bytes=1 << 20, **opts) as store:  # type: ignore[arg-type]
+    config = StoreConfig(
+        warm_level=3, cold_level=3, archive_level=3, dict_min_samples=8, dict_size_bytes=1 << 20,
+        maintenance_memory_bytes=1 << 20,
+    )
+    with ContentStore(tmp_path, config=config) as store:
         for url, body in pages:
             store.put(url, body, fetched_at_ms=0)
         steps = []

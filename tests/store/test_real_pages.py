@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlstream.store import ContentStore, GroupHeader, decode_record_header
+from crawlstream.store import ContentStore, GroupHeader, StoreConfig, decode_record_header
 
 
 @pytest.mark.parametrize("archive_bzip2", [False, True], ids=["zstd-archive", "bzip2-where-smaller"])
@@ -15,7 +15,7 @@ def test_every_real_page_round_trips_from_every_tier_with_dictionaries_and_group
 ) -> None:
     # Levels are kept low so the test stays fast; the code path (dictionaries, tiers, group
     # records, segment rolls) is the one the production levels use.
-    opts = dict(
+    config = StoreConfig(
         warm_level=3,
         cold_level=3,
         archive_level=3,
@@ -24,7 +24,7 @@ def test_every_real_page_round_trips_from_every_tier_with_dictionaries_and_group
         segment_bytes=8 * 1024 * 1024,
         archive_bzip2=archive_bzip2,
     )
-    with ContentStore(tmp_path, **opts) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=config) as store:
         for url, body in real_pages:
             store.put(url, body, content_type="text/html", fetched_at_ms=0)
         assert all(store.get(url) == body for url, body in real_pages)
@@ -36,7 +36,7 @@ def test_every_real_page_round_trips_from_every_tier_with_dictionaries_and_group
             assert {store.entry(url).location.tier for url, _ in real_pages} == {tier}  # type: ignore[union-attr]
             assert all(store.get(url) == body for url, body in real_pages), tier
         assert trained >= 2  # booksamillion.com and the global one
-    with ContentStore(tmp_path, **opts) as store:  # type: ignore[arg-type]
+    with ContentStore(tmp_path, config=config) as store:
         locations = [store.entry(url).location for url, _ in real_pages]  # type: ignore[union-attr]
         assert {loc.tier for loc in locations} == {"archive"}
         groups = {(loc.segment, loc.offset) for loc in locations}

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,12 @@ import pytest
 
 from crawlstream.cli import main as cli_main
 from crawlstream.errors import ConfigError
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 from crawlstream.store._codec import content_hash, encode_log_record, scan_records
-from crawlstream.store._config import StoreConfig
 from crawlstream.store._retrain import record_dict_ids
 
 SHOP = "www.shopdrift.com"  # one domain whose pages are rehosted real pages
-OPTS: dict[str, Any] = dict(
+OPTS = StoreConfig(
     warm_level=3,
     cold_level=9,
     archive_level=9,
@@ -62,7 +62,7 @@ def test_a_domain_that_outgrows_its_dictionary_gets_a_new_generation_and_the_old
     first = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[:40])]
     more = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[40:170], start=40)]
     pages = dict(first + more)
-    with ContentStore(tmp_path, **OPTS) as store:
+    with ContentStore(tmp_path, config=OPTS) as store:
         put_all(store, first)
         store.maintain(ages_zero=True)
         (gen1,) = store.dicts.infos()
@@ -85,7 +85,7 @@ def test_a_domain_that_outgrows_its_dictionary_gets_a_new_generation_and_the_old
             assert walked is not None
             scanned = {item.header.dict_id for item in scan_records(path.read_bytes()) if item.header is not None}
             assert walked == (frozenset(scanned), path.stat().st_size)
-    with ContentStore(tmp_path, **OPTS) as store:  # a reopened store knows the generation and has nothing to do
+    with ContentStore(tmp_path, config=OPTS) as store:  # a reopened store knows the generation and has nothing to do
         assert [i.generation for i in store.dicts.infos()] == [2]
         assert store.maintain(ages_zero=True).dictionaries_trained == 0
         check_every_page(store, pages)
@@ -102,8 +102,8 @@ def test_a_drifted_domain_is_retrained_and_its_pages_take_less_space(
     same = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[48:72], start=48)]
     drifted = [(f"https://{SHOP}/news/{i}", b) for i, b in enumerate(others[:40])]
     pages = dict(first + same + drifted)
-    off = dict(OPTS, dict_retrain_drift=0.0, dict_retrain_growth=0.0)
-    with ContentStore(tmp_path, **off) as store:
+    off = replace(OPTS, dict_retrain_drift=0.0, dict_retrain_growth=0.0)
+    with ContentStore(tmp_path, config=off) as store:
         put_all(store, first)
         store.maintain(ages_zero=True)
         (gen1,) = store.dicts.infos()
@@ -112,7 +112,7 @@ def test_a_drifted_domain_is_retrained_and_its_pages_take_less_space(
         assert store.maintain(ages_zero=True).dictionaries_trained == 0  # rules off: the old dictionary stays
         before = store.stats()
         assert {e.location.dict_id for e in store.search()} == {gen1.dict_id}
-    with ContentStore(tmp_path, **OPTS) as store:
+    with ContentStore(tmp_path, config=OPTS) as store:
         report = store.maintain(ages_zero=True)
         assert report.retrained == ["shopdrift.com:drift"] and report.dictionaries_dropped == 1
         probe = store._tiering.retrainer.last_probe[gen1.dict_id]
@@ -135,10 +135,10 @@ def test_a_replaced_dictionary_stays_while_a_dead_record_in_a_kept_segment_names
     grown = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[40:170], start=40)]
     pages = dict(shop + news + grown)
     # one batch per step and one segment per batch; compaction takes any segment with dead records
-    opts = dict(
+    opts = replace(
         OPTS, segment_bytes=64 * 1024 * 1024, maintenance_budget_bytes=64 * 1024 * 1024, compact_dead_ratio=0.01
     )
-    with ContentStore(tmp_path, **opts) as store:
+    with ContentStore(tmp_path, config=opts) as store:
         put_all(store, shop + news)
         store.maintain(ages_zero=True)  # one archive segment: both domains' groups
         old = store.dicts.current()["shopdrift.com"]
@@ -158,16 +158,15 @@ def test_a_replaced_dictionary_stays_while_a_dead_record_in_a_kept_segment_names
 
 
 def test_retraining_settings_are_checked() -> None:
-    levels = {"hot": 3, "warm": 9, "cold": 22, "archive": 22}
     with pytest.raises(ConfigError, match="dict_retrain_growth"):
-        StoreConfig(levels=levels, dict_retrain_growth=1.0)
+        StoreConfig(dict_retrain_growth=1.0)
     with pytest.raises(ConfigError, match="dict_retrain_drift"):
-        StoreConfig(levels=levels, dict_retrain_drift=1.0)
-    assert StoreConfig(levels=levels, dict_retrain_growth=0, dict_retrain_drift=0).dict_retrain_growth == 0
+        StoreConfig(dict_retrain_drift=1.0)
+    assert StoreConfig(dict_retrain_growth=0, dict_retrain_drift=0).dict_retrain_growth == 0
 
 
 CHILD = Path(__file__).with_name("_retrain_child.py")
-CHILD_OPTS: dict[str, Any] = dict(  # as _retrain_child.py opens the store
+CHILD_OPTS = StoreConfig(  # as _retrain_child.py opens the store
     warm_level=3,
     cold_level=6,
     archive_level=6,
@@ -218,7 +217,7 @@ def test_kill_during_retraining_loses_nothing_and_leaves_nothing_half_done(
         assert dict_files == {i.dict_id for i in store.dicts.infos()}  # no half-written dictionary left
         assert not list((root / "dicts").glob(".*tmp-*"))
         generations = max(i.generation for i in store.dicts.infos())
-    with ContentStore(root, **CHILD_OPTS) as store:  # reopens clean, and goes on
+    with ContentStore(root, config=CHILD_OPTS) as store:  # reopens clean, and goes on
         assert store.recovered_records == 0
         store.maintain(ages_zero=True)
         assert {e.location.tier for e in store.search()} == {"archive"}
@@ -234,7 +233,7 @@ def test_dictionaries_of_an_older_store_are_tracked_from_now_not_all_retrained_a
     """dicts.log lines written before retraining have no pool: the store's size when first seen is taken."""
     products, _ = split(real_pages)
     pages = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[:60])]
-    with ContentStore(tmp_path, **OPTS) as store:
+    with ContentStore(tmp_path, config=OPTS) as store:
         put_all(store, pages[:20])
         store.maintain(ages_zero=True)
         put_all(store, pages[20:])  # 60 >= 3 x 20: due at 4x (80) with the pool known
@@ -242,12 +241,12 @@ def test_dictionaries_of_an_older_store_are_tracked_from_now_not_all_retrained_a
     log = tmp_path / "dicts" / "dicts.log"
     old_line = {"id": info.dict_id, "d": info.domain, "z": info.size_bytes, "n": info.samples, "c": info.created_ms}
     log.write_bytes(encode_log_record(old_line))  # as the store wrote it before retraining existed
-    with ContentStore(tmp_path, **OPTS) as store:
+    with ContentStore(tmp_path, config=OPTS) as store:
         assert store.dicts.infos()[0].pool == 0
         assert store.maintain(ages_zero=True).dictionaries_trained == 0  # not taken as "trained for 20 samples"
         (tracked,) = store.dicts.infos()
         assert (tracked.dict_id, tracked.generation, tracked.pool) == (info.dict_id, 1, 60)
-    with ContentStore(tmp_path, **OPTS) as store:  # the tracking line is durable and replaces the first
+    with ContentStore(tmp_path, config=OPTS) as store:  # the tracking line is durable and replaces the first
         (again,) = store.dicts.infos()
         assert (again.pool, again.trained_seq) == (60, tracked.trained_seq)
         more = [(f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[60:240], start=60)]
@@ -273,10 +272,10 @@ def test_the_settings_reach_maintenance_and_store_stats_lists_the_generations(
         "STORE_DICT_RETRAIN_GROWTH": "2",  # 50 >= 2 x 20
     }.items():
         monkeypatch.setenv(f"CRAWLSTREAM_{name}", value)
-    with ContentStore(data / "store", dict_min_samples=16) as store:
+    with ContentStore(data / "store", config=StoreConfig(dict_min_samples=16)) as store:
         put_all(store, pages[:20])
     assert cli_main(["store", "maintain", "--now"]) == 0
-    with ContentStore(data / "store", dict_min_samples=16, dict_retrain_growth=0) as store:
+    with ContentStore(data / "store", config=StoreConfig(dict_min_samples=16, dict_retrain_growth=0)) as store:
         put_all(store, pages[20:])
     capsys.readouterr()
     assert cli_main(["store", "maintain", "--now"]) == 0
@@ -320,7 +319,7 @@ def test_a_dictionary_write_cut_short_by_a_crash_is_cleared_at_start_up(
     """A kill inside DictionaryStore.add: after the temporary file, or after the file but before its log line."""
     products, _ = split(real_pages)
     pages = dict((f"https://{SHOP}/book/{i}", b) for i, b in enumerate(products[:20]))
-    with ContentStore(tmp_path, **OPTS) as store:
+    with ContentStore(tmp_path, config=OPTS) as store:
         put_all(store, list(pages.items()))
         store.maintain(ages_zero=True)
         (info,) = store.dicts.infos()
@@ -328,7 +327,7 @@ def test_a_dictionary_write_cut_short_by_a_crash_is_cleared_at_start_up(
     kept = (dicts / f"{info.dict_id}.zdict.zst").read_bytes()
     (dicts / f"{info.dict_id + 1}.zdict.zst").write_bytes(kept)  # written, line never appended
     (dicts / f".{info.dict_id + 2}.zdict.zst.tmp-123").write_bytes(kept[:100])  # cut inside write_atomically
-    with ContentStore(tmp_path, **OPTS) as store:
+    with ContentStore(tmp_path, config=OPTS) as store:
         assert sorted(p.name for p in dicts.iterdir()) == sorted(["dicts.log", f"{info.dict_id}.zdict.zst"])
         assert store.dicts.next_id() == info.dict_id + 1
         check_every_page(store, pages)

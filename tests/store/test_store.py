@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, StoreConfig
 from crawlstream.urls import url_key
 
 PAGE = b"<html><head><title>t</title></head><body>" + b"<p>hello world</p>" * 200 + b"</body></html>"
 
 
-def _open(root: Path, **kw: object) -> ContentStore:
-    return ContentStore(root, **kw)  # type: ignore[arg-type]
+def _open(root: Path, key_fn: Callable[[str], int] | None = None, **config: Any) -> ContentStore:
+    return ContentStore(root, config=StoreConfig(**config), key_fn=key_fn)
 
 
 def test_put_then_get_returns_identical_bytes_after_reopen(tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ from crawlstream.api._urls import url_answer
 from crawlstream.errors import ConfigError, CrawlstreamError, TransientError
 from crawlstream.index import NotCached
 from crawlstream.lake import is_alias_dataset
+from crawlstream.settings import ApiSettings
 
 if TYPE_CHECKING:
     from crawlstream.index import IndexReader, PinnedIndex
@@ -146,27 +147,23 @@ class QueryApi:
         self,
         reader: IndexReader,
         *,
-        max_limit: int,
-        default_limit: int,
+        config: ApiSettings,
         access: Access,
         metrics: ApiMetrics,
-        executor_threads: int,
-        request_timeout_s: float,
         content: bool = False,
         status: bool = False,
     ) -> None:
         self.reader = reader
-        self.max_limit = max_limit
-        self.default_limit = min(default_limit, max_limit)
+        self.max_limit = config.max_limit
+        self.default_limit = min(config.default_limit, config.max_limit)
         self.access = access
         self.metrics = metrics
-        self.request_timeout_s = request_timeout_s
-        self.executor = (
-            ThreadPoolExecutor(executor_threads, thread_name_prefix="query-api") if executor_threads > 0 else None
-        )
+        self.request_timeout_s = config.request_timeout_s
+        threads = config.executor_threads
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="query-api") if threads > 0 else None
         self.openapi = _encode(
             openapi_document(
-                max_limit=max_limit,
+                max_limit=self.max_limit,
                 default_limit=self.default_limit,
                 anonymous_reads=access.anonymous_reads,
                 content=content,
@@ -362,17 +359,17 @@ def _middleware(api: QueryApi) -> Callable[..., Awaitable[web.StreamResponse]]:
 def create_app(
     reader: IndexReader,
     *,
-    max_limit: int,
     acl: Acl | TokensFile | None,
     registry: CollectorRegistry,
+    config: ApiSettings | None = None,
     anonymous_reads: bool | None = None,
-    default_limit: int = 100,
-    executor_threads: int = 4,
-    request_timeout_s: float = 10.0,
     store: ContentStore | None = None,
     status: StatusCollector | None = None,
 ) -> web.Application:
     """The application. The caller owns ``reader`` and ``store`` (close them after the app is cleaned up).
+
+    ``config``: the ``api.*`` settings (``ApiSettings``, taken whole; its defaults when None):
+    ``max_limit``, ``default_limit``, ``executor_threads`` and ``request_timeout_s`` shape the app.
 
     ``registry`` receives this app's metrics and is what ``/metrics`` exposes; pass a fresh
     ``CollectorRegistry`` per app in tests (names can be registered once per registry).
@@ -386,12 +383,9 @@ def create_app(
         acl.on_reload_failure = metrics.token_reload_failures.inc
     api = QueryApi(
         reader,
-        max_limit=max_limit,
-        default_limit=default_limit,
+        config=config if config is not None else ApiSettings(),
         access=Access(acl, anonymous_reads=acl is None if anonymous_reads is None else anonymous_reads),
         metrics=metrics,
-        executor_threads=executor_threads,
-        request_timeout_s=request_timeout_s,
         content=store is not None,
         status=status is not None,
     )
@@ -458,13 +452,10 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
     status = StatusCollector.from_settings(settings, store=store)
     app = create_app(
         reader,
-        max_limit=settings.api.max_limit,
+        config=settings.api,
         acl=tokens,
         anonymous_reads=anonymous_reads,
         registry=REGISTRY if registry is None else registry,
-        default_limit=settings.api.default_limit,
-        executor_threads=settings.api.executor_threads,
-        request_timeout_s=settings.api.request_timeout_s,
         store=store,
         status=status,
     )

@@ -14,14 +14,17 @@ exactly, so they are fixed and test-vectored (tests/dedupe/test_bloom_codec.py):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import xxhash
 
-__all__ = ["BloomSize", "bloom_digest", "bloom_indexes", "bloom_size", "expected_fpr"]
+__all__ = ["BloomSize", "bloom_digest", "bloom_digests", "bloom_indexes", "bloom_size", "expected_fpr"]
 
 _MASK64 = (1 << 64) - 1
 _xxh3_128 = xxhash.xxh3_128_intdigest
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,17 @@ def expected_fpr(size: BloomSize, n: int) -> float:
 
 def bloom_digest(url_key: int, url: str) -> int:
     """The 128-bit xxh3 of the member ``(url_key, url)``; any ``str`` (even lone surrogates) hashes."""
-    data = (url_key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass")
-    return _xxh3_128(data)
+    return bloom_digests([(url_key, url)], _xxh3_128)[0]
+
+
+def bloom_digests(items: Sequence[tuple[int, str]], digest: Callable[[bytes], T]) -> list[T]:
+    """``digest`` of each member's bytes: ``xxhash.xxh3_128_intdigest`` gives ``bloom_digest``,
+    ``xxhash.xxh3_128_digest`` the same 128 bits as 16 big-endian bytes.
+
+    The one place a member's bytes are spelled: a batch at a time (the filters' loops hash a
+    whole batch here, one call, rather than one call per member).
+    """
+    return [digest((key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass")) for key, url in items]
 
 
 def bloom_indexes(url_key: int, url: str, size: BloomSize) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from crawlstream.dedupe._bloom import BloomSize, bloom_size, expected_fpr
+from crawlstream.dedupe._bloom import BloomSize, bloom_digests, bloom_size, expected_fpr
 from crawlstream.errors import ChecksumMismatch
 
 __all__ = [
@@ -53,6 +53,9 @@ MAX_K = 4096
 the smallest float rate; more would make every lookup a near-endless loop."""
 
 
+Slice = tuple[bytearray, int, int]
+"""One fixed filter as the bit loops take it: its bits, ``m_bits`` and ``k``."""
+
 VECTOR_MIN_ITEMS = 256
 """Batches at least this long are checked with numpy (``_check_and_add_vector``): the per-member
 loop over k bits costs ~1.6 us per member in Python (k = 11, warm), the array path ~0.95 us
@@ -60,27 +63,112 @@ loop over k bits costs ~1.6 us per member in Python (k = 11, warm), the array pa
 _VECTOR_MAX_PRODUCT = 1 << 63  # start + i * step must stay below 2**64 for every i < k
 
 
-def _check_and_add_vector(bits: bytearray, m: int, k: int, items: Sequence[tuple[int, str]]) -> list[bool]:
-    """``BloomFilter.check_and_add``'s loop over a whole batch at once, exactly.
+def _check_and_add(older: Sequence[Slice], current: Slice | None, items: Sequence[tuple[int, str]]) -> list[bool]:
+    """The Bloom check of every filter here, member by member in batch order.
 
-    Bit ``i`` of a member is ``(h1 + i * h2) mod m`` (``_bloom``), the loop's stepping. A member
-    is new when one of its bits was clear before the batch and no earlier member of the batch
-    sets it: the loop sees the bits of the members before it. So: one gather of the old bits;
-    a clear position shared by several members (a sort finds the few) counts only for the
-    first of them, in batch order; one scatter of the new bits.
+    A member held by one of the ``older`` filters (all its k bits set) answers False and
+    changes nothing. Any other member answers True when one of its bits in ``current`` was
+    clear, and sets them all, so a member repeated later in the batch answers False. Without
+    ``current`` nothing is set: True is "held by none of ``older``". Bit ``i`` of a member is
+    ``(h1 + i * h2) mod m`` (``_bloom``). Long batches take the array path, same answers and
+    bits.
     """
-    n = len(items)
-    digest = _xxh3_128_digest
-    digests = b"".join(
-        [digest((key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass")) for key, url in items]
-    )
-    halves = np.frombuffer(digests, dtype=">u8").reshape(n, 2).astype(np.uint64)  # (high, low) of each digest
+    every = (*older, current) if current is not None else older
+    if len(items) >= VECTOR_MIN_ITEMS and all(m * k < _VECTOR_MAX_PRODUCT for _, m, k in every):
+        return _check_and_add_vector(older, current, items)
+    return _check_and_add_loop(older, current, items)
+
+
+def _check_and_add_loop(older: Sequence[Slice], current: Slice | None, items: Sequence[tuple[int, str]]) -> list[bool]:
+    """``_check_and_add`` one member at a time: the bits walked by stepping (no multiplication),
+    an older filter left at its first clear bit."""
+    bits, m, k = current if current is not None else (None, 0, 0)
+    out: list[bool] = []
+    append = out.append
+    for h in bloom_digests(items, _xxh3_128):
+        # (h1 + i*h2) mod m == (h1 mod m + i*(h2 mod m)) mod m
+        h1, h2 = h & _MASK64, (h >> 64) | 1
+        held = False
+        for obits, om, ok in older:
+            idx = h1 % om
+            if not obits[idx >> 3] & (1 << (idx & 7)):
+                continue  # the first probe settles most never-seen URLs (a full filter is half ones)
+            step = h2 % om
+            for _ in range(ok - 1):
+                idx += step
+                if idx >= om:
+                    idx -= om
+                if not obits[idx >> 3] & (1 << (idx & 7)):
+                    break
+            else:
+                held = True
+                break
+        if held or bits is None:
+            append(not held)
+            continue
+        idx, step = h1 % m, h2 % m
+        new = False
+        for _ in range(k):
+            byte = idx >> 3
+            mask = 1 << (idx & 7)
+            value = bits[byte]
+            if not value & mask:
+                bits[byte] = value | mask
+                new = True
+            idx += step
+            if idx >= m:
+                idx -= m
+        append(new)
+    return out
+
+
+def _bit_positions(h1: np.ndarray, h2: np.ndarray, m: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each member's k bit positions ``(h1 + i * h2) mod m``, member after member, and the byte
+    and mask of each."""
     m64 = np.uint64(m)
-    start = halves[:, 1] % m64
-    step = (halves[:, 0] | np.uint64(1)) % m64
+    start, step = h1 % m64, h2 % m64
     flat = ((start[:, None] + np.arange(k, dtype=np.uint64)[None, :] * step[:, None]) % m64).ravel()
     byte = (flat >> np.uint64(3)).astype(np.intp)
     mask = np.left_shift(np.uint8(1), (flat & np.uint64(7)).astype(np.uint8))
+    return flat, byte, mask
+
+
+def _check_and_add_vector(
+    older: Sequence[Slice], current: Slice | None, items: Sequence[tuple[int, str]]
+) -> list[bool]:
+    """``_check_and_add`` over a whole batch at once, exactly: the older filters do not change
+    during a batch, so one gather of the members' bits in each keeps the members none holds,
+    which are then added to ``current`` in batch order."""
+    n = len(items)
+    halves = np.frombuffer(b"".join(bloom_digests(items, _xxh3_128_digest)), dtype=">u8").reshape(n, 2)
+    h1, h2 = halves[:, 1].astype(np.uint64), halves[:, 0].astype(np.uint64) | np.uint64(1)
+    todo = None  # members no older filter holds, in batch order (None: all of them)
+    for obits, om, ok in older:
+        if todo is None:
+            todo = np.arange(n)
+        _, byte, mask = _bit_positions(h1, h2, om, ok)
+        held = (np.frombuffer(obits, dtype=np.uint8)[byte] & mask).reshape(len(h1), ok).all(axis=1)
+        todo, h1, h2 = todo[~held], h1[~held], h2[~held]  # (the gather copied: the export is gone)
+    new = _add_vector(current, h1, h2) if current is not None else np.ones(len(h1), dtype=bool)
+    if todo is None:
+        out: list[bool] = new.tolist()
+        return out
+    answers = np.zeros(n, dtype=bool)
+    answers[todo] = new
+    out = answers.tolist()
+    return out
+
+
+def _add_vector(current: Slice, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
+    """Add the members ``(h1, h2)`` to ``current`` in order; True where one was new.
+
+    A member is new when one of its bits was clear before the batch and no earlier member of
+    the batch sets it: the loop sees the bits of the members before it. So: one gather of the
+    old bits; a clear position shared by several members (a sort finds the few) counts only for
+    the first of them, in batch order; one scatter of the new bits.
+    """
+    bits, m, k = current
+    flat, byte, mask = _bit_positions(h1, h2, m, k)
     view = np.frombuffer(bits, dtype=np.uint8)  # writable: shares the bytearray
     try:
         clear = (view[byte] & mask) == 0  # per (member, i): the bit was clear before the batch
@@ -98,8 +186,7 @@ def _check_and_add_vector(bits: bytearray, m: int, k: int, items: Sequence[tuple
         np.bitwise_or.at(view, byte[clear], mask[clear])
     finally:
         del view  # release the export: the bytearray may be resized or replaced later
-    answers: list[bool] = sets.reshape(n, k).any(axis=1).tolist()
-    return answers
+    return sets.reshape(len(h1), k).any(axis=1)
 
 
 class BloomFilter:
@@ -112,55 +199,23 @@ class BloomFilter:
         self.bits = bits if bits is not None else bytearray(size.size_bytes)
         self.count = count  # members added (as far as the filter can tell: "new" answers)
 
+    @property
+    def as_slice(self) -> Slice:
+        return self.bits, self.size.m_bits, self.size.k
+
     def check_and_add(self, items: Sequence[tuple[int, str]]) -> list[bool]:
         """Add every member; True where it was not in the filter before (a never-seen URL).
 
         A duplicate inside one batch answers True once, then False. Never a false negative.
         Batches of ``VECTOR_MIN_ITEMS`` or more take the array path (same answers, same bits).
         """
-        if len(items) >= VECTOR_MIN_ITEMS and self.size.m_bits * self.size.k < _VECTOR_MAX_PRODUCT:
-            answers = _check_and_add_vector(self.bits, self.size.m_bits, self.size.k, items)
-            self.count += sum(answers)
-            return answers
-        bits = self.bits
-        m = self.size.m_bits
-        k = self.size.k
-        out: list[bool] = []
-        append = out.append
-        added = 0
-        for url_key, url in items:
-            # Inlined bloom_indexes(): (h1 + i*h2) mod m == (h1 mod m + i*(h2 mod m)) mod m.
-            h = _xxh3_128((url_key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass"))
-            idx = (h & _MASK64) % m
-            step = ((h >> 64) | 1) % m
-            new = False
-            for _ in range(k):
-                byte = idx >> 3
-                mask = 1 << (idx & 7)
-                value = bits[byte]
-                if not value & mask:
-                    bits[byte] = value | mask
-                    new = True
-                idx += step
-                if idx >= m:
-                    idx -= m
-            if new:
-                added += 1
-            append(new)
-        self.count += added
-        return out
+        answers = _check_and_add((), self.as_slice, items)
+        self.count += sum(answers)
+        return answers
 
     def contains(self, url_key: int, url: str) -> bool:
         """Membership test without adding (may be a false positive, never a false negative)."""
-        h = _xxh3_128((url_key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass"))
-        m = self.size.m_bits
-        idx = (h & _MASK64) % m
-        step = ((h >> 64) | 1) % m
-        for _ in range(self.size.k):
-            if not self.bits[idx >> 3] & (1 << (idx & 7)):
-                return False
-            idx = (idx + step) % m
-        return True
+        return not _check_and_add((self.as_slice,), None, [(url_key, url)])[0]
 
     def estimated_fpr(self) -> float:
         """The theoretical false-positive rate at the current member count."""
@@ -324,62 +379,15 @@ class ScalableBloomFilter:
             # Never more than `room` items per pass: a pass adds at most that many members,
             # so the slice never goes past its capacity.
             chunk = items[start : start + room] if start or room < n else items
-            if len(self.slices) == 1:
-                out.extend(last.check_and_add(chunk))
-            else:
-                out.extend(self._check_and_add_sliced(chunk))
+            answers = _check_and_add([s.as_slice for s in self.slices[:-1]], last.as_slice, chunk)
+            last.count += sum(answers)
+            out.extend(answers)
             start += len(chunk)
-        return out
-
-    def _check_and_add_sliced(self, items: Sequence[tuple[int, str]]) -> list[bool]:
-        older = [(s.bits, s.size.m_bits, s.size.k) for s in self.slices[:-1]]
-        current = self.slices[-1]
-        bits, m, k = current.bits, current.size.m_bits, current.size.k
-        out: list[bool] = []
-        append = out.append
-        added = 0
-        for url_key, url in items:
-            h = _xxh3_128((url_key & _MASK64).to_bytes(8, "big") + url.encode("utf-8", "surrogatepass"))
-            h1, h2 = h & _MASK64, (h >> 64) | 1
-            seen = False
-            for obits, om, ok in older:
-                idx = h1 % om
-                if not obits[idx >> 3] & (1 << (idx & 7)):
-                    continue  # the first probe settles most never-seen URLs (a full slice is half ones)
-                step = h2 % om
-                for _ in range(ok - 1):
-                    idx += step
-                    if idx >= om:
-                        idx -= om
-                    if not obits[idx >> 3] & (1 << (idx & 7)):
-                        break
-                else:
-                    seen = True
-                    break
-            if seen:
-                append(False)
-                continue
-            idx, step = h1 % m, h2 % m
-            new = False
-            for _ in range(k):
-                byte = idx >> 3
-                mask = 1 << (idx & 7)
-                value = bits[byte]
-                if not value & mask:
-                    bits[byte] = value | mask
-                    new = True
-                idx += step
-                if idx >= m:
-                    idx -= m
-            if new:
-                added += 1
-            append(new)
-        current.count += added
         return out
 
     def contains(self, url_key: int, url: str) -> bool:
         """In any slice (may be a false positive, never a false negative)."""
-        return any(s.contains(url_key, url) for s in self.slices)
+        return not _check_and_add([s.as_slice for s in self.slices], None, [(url_key, url)])[0]
 
 
 def encode_scalable_snapshot(bloom: ScalableBloomFilter, offset: int | None) -> bytes:

@@ -53,6 +53,7 @@ from crawlstream.robots import (
     origin_of,
     product_token,
 )
+from crawlstream.settings import FetchSettings
 from crawlstream.sitemaps import robots_sitemaps
 from crawlstream.urls import canonicalize
 
@@ -156,12 +157,15 @@ class _Failure(Exception):
 class Fetcher:
     """Fetches one URL per call with connection reuse, timeouts, caps and the SSRF guard.
 
-    Parameters (by consequence):
+    ``config``: the ``fetch.*`` settings (``FetchSettings``, taken whole; its defaults when
+    None), among them by consequence:
     * ``max_body_bytes``: decoded bytes kept; beyond it the body is cut and ``truncated``.
     * ``max_decompression_ratio``: past 1 MiB decoded, a body inflating faster than this
       ratio is abandoned as ``too_large`` (a decompression bomb).
     * ``allow_private_networks``: off blocks any host resolving only to non-public
       addresses (checked after DNS, on every hop). The demo web on loopback needs it on.
+    Its ``resolve_map_file`` and ``per_ip_delay_s`` are read by ``from_settings`` (and the
+    caller building ``ip_gate``), not here. The other parameters:
     * ``resolve_map`` / ``resolve_map_only``: host -> (ip, port) overrides; with
       ``resolve_map_only`` every other host fails like NXDOMAIN (the demo never leaks).
     * ``obey_robots``: off only for tests and tools that fetch robots.txt themselves.
@@ -175,39 +179,23 @@ class Fetcher:
     def __init__(
         self,
         *,
-        user_agent: str = "crawlstream/0.1",
-        timeout_s: float = 30.0,
-        read_timeout_s: float = 10.0,
-        max_body_bytes: int = 5 * 1024 * 1024,
-        max_decompression_ratio: float = 100.0,
-        concurrency: int = 64,
-        limit_per_host: int = 2,
-        http_proxy: str | None = None,
-        allow_private_networks: bool = False,
+        config: FetchSettings | None = None,
         resolve_map: Mapping[str, tuple[str, int]] | None = None,
         resolve_map_only: bool = False,
         obey_robots: bool = True,
-        robots_cache_s: float = 86400.0,
-        robots_error_backoff_s: float = 300.0,
         dns_cache_s: float = 300.0,
         dns_resolver: AbstractResolver | None = None,
         imported_robots: Callable[[str], ImportedRobotsTxt | None] | None = None,
         ip_gate: IpGate | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.user_agent = user_agent
-        self.robots_agent = product_token(user_agent)  # what robots.txt groups are matched against
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=timeout_s, sock_read=read_timeout_s)
-        self._max_body_bytes = max_body_bytes
-        self._max_ratio = max_decompression_ratio
-        self._concurrency = concurrency
-        self._host_slots = KeyedSlots(limit_per_host)  # connections per host (not aiohttp's: see _slots)
-        self._proxy = http_proxy
-        self._allow_private = allow_private_networks
+        self.config = c = config if config is not None else FetchSettings()
+        self.robots_agent = product_token(c.user_agent)  # what robots.txt groups are matched against
+        self._timeout = aiohttp.ClientTimeout(total=c.timeout_s, sock_connect=c.timeout_s, sock_read=c.read_timeout_s)
+        self._host_slots = KeyedSlots(c.limit_per_host)  # connections per host (not aiohttp's: see _slots)
         self._resolve_map = dict(resolve_map or {})
         self._resolve_map_only = resolve_map_only
         self._obey_robots = obey_robots
-        self._robots_error_backoff_s = robots_error_backoff_s
         self._dns_cache_s = dns_cache_s
         self._dns_resolver = dns_resolver
         self._imported_robots = imported_robots
@@ -215,11 +203,15 @@ class Fetcher:
         self._addresses: dict[str, tuple[str, float]] = {}  # host -> (address, monotonic expiry), for the gate
         self._ip_turn = KeyedSlots(1)
         self._clock = clock
-        self.robots = RobotsCache(ttl_s=robots_cache_s)
+        self.robots = RobotsCache(ttl_s=c.robots_cache_s)
         self._robots_turn = KeyedSlots(1)  # one robots.txt fetch per origin, however many pages wait
         self._session: aiohttp.ClientSession | None = None
         self._resolver: GuardedResolver | None = None
         self._semaphore: asyncio.Semaphore | None = None
+
+    @property
+    def user_agent(self) -> str:
+        return self.config.user_agent
 
     @classmethod
     def from_settings(
@@ -243,19 +235,9 @@ class Fetcher:
                 f.user_agent,
             )
         return cls(
-            user_agent=f.user_agent,
-            timeout_s=f.timeout_s,
-            read_timeout_s=f.read_timeout_s,
-            max_body_bytes=f.max_body_bytes,
-            max_decompression_ratio=f.max_decompression_ratio,
-            concurrency=f.concurrency,
-            limit_per_host=f.limit_per_host,
-            http_proxy=f.http_proxy,
-            allow_private_networks=f.allow_private_networks,
+            config=f,
             resolve_map=resolve_map,
             resolve_map_only=resolve_map is not None,
-            robots_cache_s=f.robots_cache_s,
-            robots_error_backoff_s=f.robots_error_backoff_s,
             imported_robots=imported_robots,
             ip_gate=ip_gate,
         )
@@ -264,10 +246,10 @@ class Fetcher:
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            exempt = frozenset({URL(self._proxy).host or ""}) if self._proxy else frozenset()
+            exempt = frozenset({URL(self.config.http_proxy).host or ""}) if self.config.http_proxy else frozenset()
             self._resolver = GuardedResolver(
                 self._dns_resolver if self._dns_resolver is not None else DefaultResolver(),
-                allow_private_networks=self._allow_private,
+                allow_private_networks=self.config.allow_private_networks,
                 resolve_map=self._resolve_map,
                 resolve_map_only=self._resolve_map_only,
                 exempt_hosts=exempt,
@@ -289,7 +271,7 @@ class Fetcher:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 response_class=_PeerResponse,
             )
-            self._semaphore = asyncio.Semaphore(self._concurrency)
+            self._semaphore = asyncio.Semaphore(self.config.concurrency)
         return self._session
 
     async def aclose(self) -> None:
@@ -364,7 +346,7 @@ class Fetcher:
                     conditional["If-None-Match"] = if_none_match
                 if if_modified_since:
                     conditional["If-Modified-Since"] = if_modified_since
-                raw = await self._aget(session, url, self._max_body_bytes, conditional)
+                raw = await self._aget(session, url, self.config.max_body_bytes, conditional)
             except _Failure as exc:
                 return done(exc.outcome, error=str(exc), robots_sitemaps=sitemaps)
         return self._classify(raw, done, crawl_delay_s, sitemaps, previous_content_hash)
@@ -451,7 +433,8 @@ class Fetcher:
         if parsed.scheme not in ("http", "https") or not raw_host:
             raise _Failure("error", f"expected an absolute http(s) URL, got {url!r}")
         last_label = raw_host.rstrip(".").rpartition(".")[2]
-        if self._allow_private or not (last_label[-1:].isdigit() or last_label[:2] in ("0x", "0X") or ":" in raw_host):
+        ip_like = last_label[-1:].isdigit() or last_label[:2] in ("0x", "0X") or ":" in raw_host
+        if self.config.allow_private_networks or not ip_like:
             return  # allowed, or a name: checked by the resolver after DNS
         host = parsed.host or raw_host  # an IP literal: never IDNA-encoded, .host is cheap
         try:
@@ -492,7 +475,7 @@ class Fetcher:
         resolve goes to the proxy, which does its own DNS (and is the operator's egress
         policy). The demo web doubles as such a proxy for its own hosts.
         """
-        if not self._proxy or self._resolver is None:
+        if not self.config.http_proxy or self._resolver is None:
             return
         host = URL(url, encoded=True).host or ""
         try:
@@ -516,7 +499,8 @@ class Fetcher:
             async with self._host_slots.hold((target.scheme, target.host, target.port)):
                 if self._ip_gate is not None and (address := await self._address_of(target.host or "")):
                     await self._ip_gate.claim(address)  # right before the send: the spacing holds
-                async with session.get(target, allow_redirects=False, proxy=self._proxy, headers=headers) as resp:
+                proxy = self.config.http_proxy
+                async with session.get(target, allow_redirects=False, proxy=proxy, headers=headers) as resp:
                     headers = kept_headers(resp.headers.items())
                     location = resp.headers.get("Location")
                     absolute = urljoin(str(resp.url), location) if location else None
@@ -551,7 +535,7 @@ class Fetcher:
     def _peer_of(self, resp: aiohttp.ClientResponse) -> str:
         """The address the response came from (WARC-IP-Address); "" through a proxy (the peer
         is then the proxy, not the server)."""
-        if self._proxy or not isinstance(resp, _PeerResponse):
+        if self.config.http_proxy or not isinstance(resp, _PeerResponse):
             return ""
         return resp.peer
 
@@ -559,12 +543,13 @@ class Fetcher:
         """Decoded body up to ``max_bytes``; (body, truncated, too_large)."""
         decoder = make_decoder(resp.headers.get("Content-Encoding", ""))
         body = bytearray()
+        max_ratio = self.config.max_decompression_ratio
         async for chunk in resp.content.iter_chunked(_CHUNK_BYTES):
             decoder.feed(chunk)
             # Inflate in steps so the ratio guard sees a bomb before the cap is reached.
             while out := decoder.read(_DECODE_STEP_BYTES):
                 body += out
-                if len(body) > _RATIO_FLOOR_BYTES and len(body) > self._max_ratio * max(decoder.consumed_bytes, 1):
+                if len(body) > _RATIO_FLOOR_BYTES and len(body) > max_ratio * max(decoder.consumed_bytes, 1):
                     return bytes(body[:max_bytes]), True, True
                 if len(body) > max_bytes:
                     return bytes(body[:max_bytes]), True, False
@@ -615,9 +600,9 @@ class Fetcher:
                 if exc.outcome in HOST_FAILURE_OUTCOMES:
                     raise  # the page's host fails the same way: report that, not robots
                 logger.info("robots.txt of %s unavailable: %s", origin, exc)
-                return RobotsPolicy.from_response(0, b"", error_backoff_s=self._robots_error_backoff_s)
+                return RobotsPolicy.from_response(0, b"", error_backoff_s=self.config.robots_error_backoff_s)
             if 300 <= raw.status < 400 and raw.location:
                 target = raw.location
                 continue
-            return RobotsPolicy.from_response(raw.status, raw.body, error_backoff_s=self._robots_error_backoff_s)
+            return RobotsPolicy.from_response(raw.status, raw.body, error_backoff_s=self.config.robots_error_backoff_s)
         return RobotsPolicy.allow_all(f"robots.txt: more than {MAX_ROBOTS_REDIRECTS} redirects")

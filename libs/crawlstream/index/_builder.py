@@ -67,13 +67,13 @@ from crawlstream.index._manifest import (
     write_manifest,
 )
 from crawlstream.lake import (
-    LAKE_ZSTD_LEVEL,
     LakeFile,
     compact_partition,
     is_compacted,
     list_lake_files,
     read_replaces,
 )
+from crawlstream.settings import IndexSettings, LakeSettings
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
@@ -222,30 +222,28 @@ class IndexBuilder:
         self,
         root: Path,
         *,
-        shards: int = 64,
-        keep_versions: int = 3,
-        row_group_rows: int = 16_384,
-        zstd_level: int = LAKE_ZSTD_LEVEL,
+        index: IndexSettings | None = None,
+        lake: LakeSettings | None = None,
         scan_threads: int = 4,
         clock: Any = time.time,
     ) -> None:
+        """``index``, ``lake``: the ``index.*`` and ``lake.*`` settings (taken whole; their defaults
+        when None): a version has ``index.postings_shards`` postings blocks, garbage collection
+        keeps ``index.keep_versions``, compaction writes ``lake.row_group_rows`` and ``lake.zstd_level``."""
         self.root = Path(root)
-        self.shards = shards
-        self.keep_versions = keep_versions
-        self.row_group_rows = row_group_rows
-        self.zstd_level = zstd_level
+        self.index = index if index is not None else IndexSettings()
+        self.lake = lake if lake is not None else LakeSettings()
         self.scan_threads = scan_threads
         self.clock = clock
 
+    @property
+    def shards(self) -> int:
+        """Postings blocks of the versions this builder writes."""
+        return self.index.postings_shards
+
     @classmethod
     def from_settings(cls, settings: Settings) -> IndexBuilder:
-        return cls(
-            settings.data_dir,
-            shards=settings.index.postings_shards,
-            keep_versions=settings.index.keep_versions,
-            row_group_rows=settings.lake.row_group_rows,
-            zstd_level=settings.lake.zstd_level,
-        )
+        return cls(settings.data_dir, index=settings.index, lake=settings.lake)
 
     # -- locking -----------------------------------------------------------------------
 
@@ -532,7 +530,7 @@ class IndexBuilder:
             for (ds, hh), paths in sorted(parts.items()):
                 if len(paths) >= min_files:
                     compact_partition(self.root, ds, hh, paths,
-                                      row_group_rows=self.row_group_rows, zstd_level=self.zstd_level)
+                                      row_group_rows=self.lake.row_group_rows, zstd_level=self.lake.zstd_level)
                     done += 1
             return self._build(full=False, compacted=done)
 
@@ -540,7 +538,7 @@ class IndexBuilder:
 
     def gc(self, *, keep_versions: int | None = None) -> GcResult:
         """Remove versions beyond the newest ``keep_versions`` unless pinned; then orphans."""
-        keep = self.keep_versions if keep_versions is None else keep_versions
+        keep = self.index.keep_versions if keep_versions is None else keep_versions
         result = GcResult()
         with self._lock():
             idir = index_dir(self.root)

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from crawlstream.durable import replacing
 from crawlstream.lake._files import REPLACES_KEY, partition_dir
 from crawlstream.lake._schema import LAKE_SCHEMA, host_prefix, split_url
+from crawlstream.settings import LakeSettings
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 # coding for the sorted paths (PLAIN loses over the whole lake even at zstd 19: 11.52 vs 11.47).
 DICTIONARY_COLUMNS = ["domain", "scheme", "host_prefix", "port"]
 COLUMN_ENCODING = {"path_query": "DELTA_BYTE_ARRAY", "ts": "DELTA_BINARY_PACKED", "extras": "PLAIN"}
-LAKE_ZSTD_LEVEL = 19
+LAKE_ZSTD_LEVEL: int = LakeSettings().zstd_level
 """Level of the files that stay: ``crawlstream ingest`` and compaction (the sink writes faster)."""
 _UNCOMPRESSED = ("scheme", "port")  # a page of a few bytes: a zstd frame would add ~10 to it
 
@@ -134,18 +135,14 @@ class LakeWriter:
         self,
         root: Path,
         *,
-        row_group_rows: int = 16_384,
-        file_max_rows: int = 4_000_000,
-        buffer_max_rows: int = 8_000_000,
-        zstd_level: int = LAKE_ZSTD_LEVEL,
+        config: LakeSettings | None = None,
         on_file: Callable[[WrittenFile], None] | None = None,
         io_threads: int = 8,
     ) -> None:
+        """``config``: the ``lake.*`` settings (taken whole; their defaults when None): this writer
+        reads ``row_group_rows``, ``file_max_rows``, ``buffer_max_rows`` and ``zstd_level``."""
         self.root = Path(root)
-        self.row_group_rows = row_group_rows
-        self.file_max_rows = file_max_rows
-        self.buffer_max_rows = buffer_max_rows
-        self.zstd_level = zstd_level
+        self.config = config if config is not None else LakeSettings()
         self.on_file = on_file
         self.io_threads = io_threads
         self._buffers: dict[tuple[int, str], _Buffer] = {}
@@ -154,17 +151,11 @@ class LakeWriter:
         self.written: list[WrittenFile] = []
 
     @classmethod
-    def from_settings(cls, settings: Settings, **kwargs: Any) -> LakeWriter:
-        """A writer with the lake settings; ``kwargs`` override them (the sink's ``zstd_level``)."""
-        lake = settings.lake
-        kwargs.setdefault("zstd_level", lake.zstd_level)
-        return cls(
-            settings.data_dir,
-            row_group_rows=lake.row_group_rows,
-            file_max_rows=lake.file_max_rows,
-            buffer_max_rows=lake.buffer_max_rows,
-            **kwargs,
-        )
+    def from_settings(cls, settings: Settings, *, zstd_level: int | None = None, **kwargs: Any) -> LakeWriter:
+        """A writer with the lake settings; ``zstd_level`` replaces ``lake.zstd_level`` (the sink's
+        ``lake.sink_zstd_level``); ``kwargs``: ``on_file``, ``io_threads``."""
+        config = settings.lake if zstd_level is None else replace(settings.lake, zstd_level=zstd_level)
+        return cls(settings.data_dir, config=config, **kwargs)
 
     def __enter__(self) -> LakeWriter:
         return self
@@ -199,9 +190,9 @@ class LakeWriter:
         buf.ts_ms.append(ts_ms)
         buf.extras.append(extras)
         self._buffered += 1
-        if len(buf.urls) >= self.file_max_rows:
+        if len(buf.urls) >= self.config.file_max_rows:
             self._flush_partition((dataset_id, hh))
-        elif self._buffered >= self.buffer_max_rows:
+        elif self._buffered >= self.config.buffer_max_rows:
             biggest = max(self._buffers, key=lambda k: len(self._buffers[k].urls))
             self._flush_partition(biggest)
 
@@ -225,7 +216,7 @@ class LakeWriter:
                 self._buffered -= len(buf.urls)
                 table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
                 fut = pool.submit(write_lake_file, table, partition_dir(self.root, *key),
-                                  row_group_rows=self.row_group_rows, zstd_level=self.zstd_level)
+                                  row_group_rows=self.config.row_group_rows, zstd_level=self.config.zstd_level)
                 pending.append((key, table.num_rows, dropped, fut))
             for (dataset_id, hh), rows, dropped, fut in pending:
                 path, size = fut.result()
@@ -251,7 +242,7 @@ class LakeWriter:
         table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
         path, size = write_lake_file(
             table, partition_dir(self.root, dataset_id, hh),
-            row_group_rows=self.row_group_rows, zstd_level=self.zstd_level,
+            row_group_rows=self.config.row_group_rows, zstd_level=self.config.zstd_level,
         )
         self._record(WrittenFile(dataset_id, hh, path, table.num_rows, dropped, size))
 

@@ -1,8 +1,11 @@
 """Every setting of every process, with its default, in one place.
 
 One ``Settings`` object is built once per process by the entry point (``crawlstream.cli``)
-and handed down; components take plain values in ``__init__`` and offer
-``from_settings(settings)``. A section's fields are named
+and handed down. A component configured by a section takes that section whole (``config=``:
+``ContentStore`` takes ``StoreConfig``, the store section with its views; ``Fetcher``,
+``LakeWriter``, ``IndexBuilder`` and the query API theirs), so each setting and its default are
+written here only; ``from_settings(settings)`` picks the section(s), and tests build a section
+with overrides (``FetchSettings(timeout_s=5.0)``, ``dataclasses.replace``). A section's fields are named
 ``CRAWLSTREAM_<SECTION>_<FIELD>`` / ``--<section>-<field>`` unless they say otherwise.
 docs/SETTINGS.md lists them all (generated from this module by ``crawlstream settings
 --markdown``; README.md#configuration says how to set them).

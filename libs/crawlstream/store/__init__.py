@@ -35,6 +35,7 @@ from crawlstream.store._codec import (
     member_checksum,
     scan_records,
 )
+from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import GLOBAL_DOMAIN, DictInfo, DictionaryStore
 from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._model import TIERS, Entry, Location, Problem
@@ -61,6 +62,7 @@ __all__ = [
     "RecompressReport",
     "RecordHeader",
     "ScanItem",
+    "StoreConfig",
     "StoreMaintainer",
     "StoreStats",
     "TornRecord",

@@ -1,54 +1,57 @@
 """The store's tunables as one frozen value, shared by its parts (no I/O).
 
-``ContentStore.__init__`` builds it from keyword arguments (``from_settings`` from the
-``store.*`` settings); every part reads its own fields from it, so a part can be built in a
-test from a ``StoreConfig`` alone.
+``StoreConfig`` *is* the ``store.*`` settings section (``StoreSettings``: every field, its
+default and its check are declared there, once) plus the views the parts read: the zstd level
+per tier, the age per tier, the fsync modes. ``StoreConfig.from_settings`` builds it from a
+process's settings; ``StoreConfig()`` is the defaults and ``StoreConfig(group_bytes=...)`` or
+``dataclasses.replace`` a variant (tests, benchmarks). ``ContentStore`` takes it whole, and a
+part can be built in a test from a ``StoreConfig`` alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from crawlstream.errors import ConfigError
+from crawlstream.settings import StoreSettings
+
+if TYPE_CHECKING:
+    from crawlstream.settings import Settings
 
 __all__ = ["StoreConfig"]
 
 
-@dataclass(frozen=True)
-class StoreConfig:
-    levels: Mapping[str, int]  # zstd level per tier
-    dict_min_samples: int = 64
-    dict_size_bytes: int = 1024 * 1024
-    global_dict_size_bytes: int = 8 * 1024 * 1024
-    dict_sample_divisor: int = 8
-    dict_preload_bytes: int = 64 * 1024 * 1024
-    global_dict_min_samples: int = 32
-    large_body_bytes: int = 4 * 1024 * 1024
-    group_bytes: int = 1024 * 1024
-    global_group_bytes: int = 640 * 1024
-    archive_bzip2: bool = True  # an archive group is bzip2 when that is smaller (ADR 026)
-    segment_bytes: int = 64 * 1024 * 1024
-    fsync: str = "batch"
-    tier_after_s: Mapping[str, float] = field(  # age (s) after which a page moves to warm / cold / archive
-        default_factory=lambda: {"warm": 7 * 86400.0, "cold": 30 * 86400.0, "archive": 90 * 86400.0}
-    )
-    maintenance_budget_bytes: int = 32 * 1024 * 1024
-    maintenance_memory_bytes: int = 256 * 1024 * 1024
-    compact_dead_ratio: float = 0.5
-    # Retraining (ADR 021 "Retraining"): a dictionary is replaced once its domain's live records
-    # reach ``dict_retrain_growth`` times those it was trained for, or once its gain on the domain's
-    # newest pages falls ``dict_retrain_drift`` (a share) below its gain on the first pages it met.
-    dict_retrain_growth: float = 4.0  # 0: off
-    dict_retrain_drift: float = 0.25  # 0: off
+@dataclasses.dataclass(frozen=True)
+class StoreConfig(StoreSettings):
+    """The ``store.*`` settings, checked; see ``StoreSettings`` for each field."""
 
     def __post_init__(self) -> None:
-        if self.fsync not in ("always", "batch", "never"):
-            raise ConfigError(f"store fsync must be always, batch or never, got {self.fsync!r}")
-        if self.dict_retrain_growth != 0 and not self.dict_retrain_growth > 1:
-            raise ConfigError(f"store dict_retrain_growth must be 0 (off) or above 1, got {self.dict_retrain_growth!r}")
-        if not 0 <= self.dict_retrain_drift < 1:
-            raise ConfigError(f"store dict_retrain_drift must be in [0, 1) (0: off), got {self.dict_retrain_drift!r}")
+        # The settings' own checks: a value given here directly is held to what a flag or an
+        # environment variable may set.
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            value = getattr(self, f.name)
+            if check is not None and (problem := check(value)):
+                raise ConfigError(f"store.{f.name}={value!r} is invalid: expected {problem}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings | StoreSettings) -> StoreConfig:
+        """The store section of ``settings`` (or that section itself) as a ``StoreConfig``."""
+        section = settings if isinstance(settings, StoreSettings) else settings.store
+        return cls(**{f.name: getattr(section, f.name) for f in dataclasses.fields(StoreSettings)})
+
+    @cached_property
+    def levels(self) -> Mapping[str, int]:
+        """zstd level per tier."""
+        return {"hot": self.zstd_level, "warm": self.warm_level, "cold": self.cold_level, "archive": self.archive_level}
+
+    @cached_property
+    def tier_after_s(self) -> Mapping[str, float]:
+        """Age (s) after which a page moves to warm / cold / archive."""
+        return {"warm": self.warm_after_s, "cold": self.cold_after_s, "archive": self.archive_after_s}
 
     @property
     def fsync_each(self) -> bool:

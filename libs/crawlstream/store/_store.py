@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
@@ -72,55 +72,13 @@ class ContentStore:
         self,
         root: Path,
         *,
-        hot_level: int = 3,
-        warm_level: int = 9,
-        cold_level: int = 22,
-        archive_level: int = 22,
-        dict_min_samples: int = 64,
-        dict_size_bytes: int = 1024 * 1024,
-        global_dict_size_bytes: int = 8 * 1024 * 1024,
-        dict_sample_divisor: int = 8,
-        dict_preload_bytes: int = 64 * 1024 * 1024,
-        global_dict_min_samples: int = 32,
-        large_body_bytes: int = 4 * 1024 * 1024,
-        group_bytes: int = 1024 * 1024,
-        global_group_bytes: int = 640 * 1024,
-        archive_bzip2: bool = True,
-        segment_bytes: int = 64 * 1024 * 1024,
-        fsync: str = "batch",
+        config: StoreConfig | None = None,
         shards: int = 16,
-        warm_after_s: float = 7 * 86400,
-        cold_after_s: float = 30 * 86400,
-        archive_after_s: float = 90 * 86400,
-        maintenance_budget_bytes: int = 32 * 1024 * 1024,
-        maintenance_memory_bytes: int = 256 * 1024 * 1024,
-        compact_dead_ratio: float = 0.5,
-        dict_retrain_growth: float = 4.0,
-        dict_retrain_drift: float = 0.25,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        self.config = StoreConfig(
-            levels={"hot": hot_level, "warm": warm_level, "cold": cold_level, "archive": archive_level},
-            dict_min_samples=dict_min_samples,
-            dict_size_bytes=dict_size_bytes,
-            global_dict_size_bytes=global_dict_size_bytes,
-            dict_sample_divisor=max(1, dict_sample_divisor),
-            dict_preload_bytes=dict_preload_bytes,
-            global_dict_min_samples=global_dict_min_samples,
-            large_body_bytes=large_body_bytes,
-            group_bytes=group_bytes,
-            global_group_bytes=global_group_bytes,
-            archive_bzip2=archive_bzip2,
-            segment_bytes=segment_bytes,
-            fsync=fsync,
-            tier_after_s={"warm": warm_after_s, "cold": cold_after_s, "archive": archive_after_s},
-            maintenance_budget_bytes=max(1, maintenance_budget_bytes),
-            maintenance_memory_bytes=max(1, maintenance_memory_bytes),
-            compact_dead_ratio=compact_dead_ratio,
-            dict_retrain_growth=dict_retrain_growth,
-            dict_retrain_drift=dict_retrain_drift,
-        )
+        """``config``: the ``store.*`` settings (``StoreConfig()``, their defaults, when None)."""
+        self.config = config if config is not None else StoreConfig()
         self.root = Path(root)
         self.levels = self.config.levels
         self.recovered_records = 0
@@ -132,36 +90,9 @@ class ContentStore:
         self._open(max(1, shards))
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> ContentStore:
-        s = settings.store
-        kwargs: dict[str, Any] = dict(
-            hot_level=s.zstd_level,
-            warm_level=s.warm_level,
-            cold_level=s.cold_level,
-            archive_level=s.archive_level,
-            dict_min_samples=s.dict_min_samples,
-            dict_size_bytes=s.dict_size_bytes,
-            global_dict_size_bytes=s.global_dict_size_bytes,
-            dict_sample_divisor=s.dict_sample_divisor,
-            dict_preload_bytes=s.dict_preload_bytes,
-            global_dict_min_samples=s.global_dict_min_samples,
-            large_body_bytes=s.large_body_bytes,
-            group_bytes=s.group_bytes,
-            global_group_bytes=s.global_group_bytes,
-            archive_bzip2=s.archive_bzip2,
-            segment_bytes=s.segment_bytes,
-            fsync=s.fsync,
-            warm_after_s=s.warm_after_s,
-            cold_after_s=s.cold_after_s,
-            archive_after_s=s.archive_after_s,
-            maintenance_budget_bytes=s.maintenance_budget_bytes,
-            maintenance_memory_bytes=s.maintenance_memory_bytes,
-            compact_dead_ratio=s.compact_dead_ratio,
-            dict_retrain_growth=s.dict_retrain_growth,
-            dict_retrain_drift=s.dict_retrain_drift,
-        )
-        kwargs.update(overrides)
-        return cls(settings.data_dir / "store", **kwargs)
+    def from_settings(cls, settings: Settings) -> ContentStore:
+        """The store under ``<data_dir>/store``, configured by the ``store.*`` settings."""
+        return cls(settings.data_dir / "store", config=StoreConfig.from_settings(settings))
 
     # ------------------------------------------------------------------ start-up
 
