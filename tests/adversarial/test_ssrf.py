@@ -39,10 +39,10 @@ from crawlstream.crawl import CrawlStats
 from crawlstream.errors import InvalidUrl
 from crawlstream.events import FetchRequest
 from crawlstream.fetch import Fetcher, FetchOutcome, is_public_address
+from crawlstream.fetch.service import to_result
 from crawlstream.links import extract_links
 from crawlstream.settings import FetchSettings
 from crawlstream.urls import canonicalize
-from services.fetcher.main import to_result
 
 pytestmark = pytest.mark.timeout(30)
 

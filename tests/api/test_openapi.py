@@ -15,6 +15,7 @@ from schemathesis import GenerationMode
 
 from crawlstream.api import Acl, create_app, openapi_document
 from crawlstream.index import IndexReader
+from crawlstream.settings import ApiSettings
 from crawlstream.status import StatusCollector
 from crawlstream.store import ContentStore
 from tests.api._lake import run_client
@@ -70,7 +71,7 @@ def test_the_documents_operations_are_the_apps_routes(reader: IndexReader, tmp_p
     of the document and the other way round; only the status page's script and style are not."""
     with ContentStore(tmp_path / "store") as store:
         app = create_app(
-            reader, max_limit=50, acl=None, registry=CollectorRegistry(), executor_threads=0,
+            reader, config=ApiSettings(max_limit=50, executor_threads=0), acl=None, registry=CollectorRegistry(),
             store=store, status=StatusCollector(tmp_path, bus=None, bus_backend=None),
         )
         routes = {(r.method.lower(), r.resource.canonical) for r in app.router.routes() if r.resource is not None}

@@ -140,13 +140,14 @@ def test_index_version_and_manifest(tmp_path: Path, published: list[Path]) -> No
     from crawlstream.index import IndexBuilder
     from crawlstream.index._manifest import MANIFEST_NAME, index_dir
     from crawlstream.lake import LakeWriter
+    from crawlstream.settings import IndexSettings
     from crawlstream.urls import canonicalize
 
     writer = LakeWriter(tmp_path)
     writer.add_canonical(1, canonicalize("https://a.example/x"), ts_ms=1)
     writer.close()
     published.clear()
-    result = IndexBuilder(tmp_path, shards=2).build()
+    result = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2)).build()
     version_dir = index_dir(tmp_path) / result.version
     assert version_dir in published and index_dir(tmp_path) / MANIFEST_NAME in published
     assert sorted(p.name for p in version_dir.iterdir())  # the files arrived with the directory

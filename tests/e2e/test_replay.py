@@ -193,9 +193,9 @@ def test_an_interrupted_replay_resumes_and_ends_with_the_same_answers(live: Live
     assert not resumed
     calls = {"n": 0}
 
-    def stop_soon() -> bool:
+    def stop_soon() -> bool:  # after one batch: a second one may reach the end on a loaded machine
         calls["n"] += 1
-        return calls["n"] > 2
+        return calls["n"] > 1
 
     sink = open(os.devnull, "w")  # noqa: SIM115
     try:
