@@ -132,7 +132,10 @@ def test_puts_during_a_pass_are_not_blocked_beyond_the_swap(
         worst = max(latencies)
         print(f"pass {pass_s:.1f} s, {len(latencies)} puts, worst put {worst * 1000:.1f} ms")
         assert len(latencies) >= 20, "puts went on during the pass"
-        assert worst < 0.5 and worst < pass_s / 4, f"a put waited {worst:.3f} s during a {pass_s:.1f} s pass"
+        # Blocked only while a step swaps its batch in, never for a step's compression (seconds at
+        # level 19). The bound is loose on purpose: on 2 shared cores a put also waits for the GIL
+        # (0.3-0.75 s seen under load); the latency itself is measured by bench store_maintain.
+        assert worst < 2.0 and worst < pass_s / 10, f"a put waited {worst:.3f} s during a {pass_s:.1f} s pass"
         assert all(store.get(url) == body for url, body in pages)
         assert all(e.location.tier == "archive" for e in store.search() if e.fetched_at_ms == 0)
 
