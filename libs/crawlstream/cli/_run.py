@@ -42,7 +42,7 @@ from crawlstream.crawl import (
     read_seeds,
     send_seeds,
 )
-from crawlstream.crawl._processes import PARTITIONED_SERVICES, WorkerPool, default_processes, open_crawl_host
+from crawlstream.crawl._processes import CRAWL_SERVICES, WorkerPool, default_processes, open_crawl_host
 from crawlstream.errors import ConfigError
 from crawlstream.logs import configure_logging
 from crawlstream.politeness import Controls, Scheduler
@@ -65,8 +65,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# The crawl loop proper: `run` refuses to start without any of them.
-CRAWL_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
 # Run by default: the crawl loop, the content store and the lake.
 DEFAULT_SERVICES = (*CRAWL_SERVICES, "bucket-compressor", "parquet-sink")
 
@@ -244,12 +242,12 @@ def _in_worker_processes(
     pool = WorkerPool(
         host.settings,
         crawl_processes(host.settings),
-        services=[s.name for s in specs if s.name in PARTITIONED_SERVICES],
+        services=[s.name for s in specs if s.name in CRAWL_SERVICES],
         resolve_map=resolve_map,
         log_file=log_file,
         crawl_stop=host.stop_event,
     )
-    return [ServiceSpec("workers", lambda: pool, None, ()), *(s for s in specs if s.name not in PARTITIONED_SERVICES)]
+    return [ServiceSpec("workers", lambda: pool, None, ()), *(s for s in specs if s.name not in CRAWL_SERVICES)]
 
 
 def _stats_service(host: Host) -> tuple[StatsHandler, LoopService]:

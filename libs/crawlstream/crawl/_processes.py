@@ -39,7 +39,7 @@ from crawlstream.runtime import Host
 from crawlstream.settings import Settings
 
 __all__ = [
-    "PARTITIONED_SERVICES",
+    "CRAWL_SERVICES",
     "WorkerFailed",
     "WorkerPayload",
     "WorkerPool",
@@ -49,8 +49,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# The services whose work splits by partition: they run in every worker.
-PARTITIONED_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
+# The crawl loop: every run needs these four, and their work splits by partition, so each worker
+# runs all of them (the content store and the lake stay in the parent, ADR 025).
+CRAWL_SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor")
 # A new run waits this long for the processes of a killed run to finish stopping.
 LOCK_WAIT_S = 60.0
 _STOP_TIMEOUT_S = 60.0
@@ -121,7 +122,7 @@ class WorkerPool:
         settings: Settings,
         count: int,
         *,
-        services: Sequence[str] = PARTITIONED_SERVICES,
+        services: Sequence[str] = CRAWL_SERVICES,
         resolve_map: Mapping[str, tuple[str, int]] | None = None,
         log_file: Path | None = None,
         crawl_stop: threading.Event | None = None,
