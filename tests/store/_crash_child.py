@@ -87,6 +87,8 @@ def maintain(root: Path, fd: int, count: int) -> None:
             os.write(fd, (url + "\n").encode())
             if i % 3 == 0:
                 gone = f"https://site{(i - 20) % 5}.example.com/page/{i - 20}"
+                # "?" first: a kill between the delete and its "-" line leaves the URL in doubt
+                os.write(fd, ("?" + gone + "\n").encode())
                 if store.delete(gone):
                     os.write(fd, ("-" + gone + "\n").encode())
         count += 30
