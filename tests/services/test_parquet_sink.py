@@ -171,6 +171,48 @@ def test_staging_of_a_vanished_instance_is_adopted(make_settings: Callable[..., 
     assert served(settings.data_dir) == EXPECTED_SERVED
 
 
+def test_two_members_on_one_host_each_stage_apart_and_tag_their_files(make_settings: Callable[..., Settings]) -> None:
+    """A second member whose host name is taken stages in ``<name>.2`` (it used to retry forever
+    on the locked directory); both join the group and the lake holds every row once."""
+    settings = make_settings()
+    send_events(settings)
+    with host_for(settings) as host:
+        first = build(host, instance="node")
+        second = build(host, instance="node")
+        try:
+            assert (first.staging.directory.name, second.staging.directory.name) == ("node", "node.2")
+            drain(first.loop)
+            drain(second.loop)
+        finally:
+            first.close()
+            second.close()
+    names = [f.name for f in (settings.data_dir / "urls").rglob("*.parquet")]
+    assert names and all("-node-" in n or "-node.2-" in n for n in names), names
+    assert served(settings.data_dir) == EXPECTED_SERVED
+
+
+def test_a_live_member_adopts_a_dead_members_staging_after_its_next_publish(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Rows a member staged and committed are published by a live member that never restarts:
+    at its next publish it finds the dead member's directory unlocked and publishes its rows."""
+    settings = make_settings(CRAWLSTREAM_LAKE_SINK_FLUSH_INTERVAL_S="3600")
+    send_events(settings)
+    with host_for(settings) as host:
+        live = build(host, instance="pod-b")  # running before pod-a dies; holds no partition's rows yet
+        dead = build(host, instance="pod-a")
+        drain(dead.loop)  # consumed and committed everything, staged, published nothing
+        assert dead.staging.rows == 75
+        dead.staging.close()  # the kill: its lock goes with the process, its rows stay on disk
+        dead.loop.close()
+        assert not (settings.data_dir / "urls").exists()
+        live.handler.flush()  # its next publish (by size or age in service)
+        live.close()
+    assert served(settings.data_dir) == EXPECTED_SERVED
+    staged = settings.data_dir / "parquet-sink" / "staging" / "pod-a" / "rows.log"
+    assert staged.stat().st_size == 0, "adopted rows are cleared once published"
+
+
 def test_staging_log_truncates_a_torn_tail(tmp_path: Path) -> None:
     log = StagingLog(tmp_path / "s")
     log.append([(1, "https://a.example/", "a.example", None, None)])

@@ -24,6 +24,7 @@ import fcntl
 import logging
 import os
 import shutil
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -78,9 +79,16 @@ from crawlstream.settings import IndexSettings, LakeSettings
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
 
-__all__ = ["BuildResult", "GcResult", "IndexBuilder"]
+
+__all__ = ["BuildResult", "GcResult", "IndexBuilder", "builder_id"]
 
 logger = logging.getLogger(__name__)
+
+
+def builder_id() -> str:
+    """Who writes a version (its manifest entry's ``built_by``): host and process, for operators."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
 
 # Levels measured on the full benchmark's 502k domains / 2.6M runs (ADR 008): domains.zst
 # 0.379 B/URL at 6 (0.31 s) vs 0.384 at 9 (0.78 s) and 0.358 at 19 (15.8 s); postings
@@ -506,6 +514,7 @@ class IndexBuilder:
             "index_bytes": sum(len(b) for b in out.values()),
             "index_bytes_by_file": {k: len(v) for k, v in out.items() if v},
             "retired": retired,
+            "built_by": builder_id(),
         }
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         return VersionInfo(version, created, self.shards, names, stats)

@@ -10,15 +10,22 @@ No topic: the lake directory is the input. One iteration (``run_once``):
 3. after a new version flipped, ``IndexBuilder.gc()`` drops versions beyond
    ``index.keep_versions`` (never one a reader pins) and lake files compaction retired.
 
-The builder takes a file lock, so a concurrent ``crawlstream index build`` waits rather than
-racing. A storage error is logged and retried at the next tick; anything else propagates.
-Standalone, ``settings.heartbeat_file`` is touched before and after each tick (its age is at
-most one interval or one build, whichever is longer: the liveness probe allows for both).
+High availability (ADR 028): run two or more; one is *active* and builds, the others stand by.
+The active one holds ``index/.compactor.lock`` (an exclusive ``flock``, which the kernel drops
+when the process dies or closes it on a stop); a standby tries it every
+``index.standby_poll_s`` and takes over within that bound. Only the lock holder builds, so two
+compactors never publish at once; the builder's own lock (``index/.build.lock``) also keeps a
+manual ``crawlstream index build`` from racing the active one.
+
+A storage error is logged and retried at the next tick; anything else propagates. Standalone,
+``settings.heartbeat_file`` is touched before and after each tick, and each standby poll (its
+age is at most one interval or one build, whichever is longer: the liveness probe allows both).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -28,14 +35,18 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import TransientError
 from crawlstream.index import BuildResult, IndexBuilder, read_manifest
+from crawlstream.index._manifest import index_dir
 from crawlstream.lake import list_lake_files
 from crawlstream.metrics import IndexMetrics, per_registry
 from crawlstream.runtime import Heartbeat, Host, install_stop_signals
 from crawlstream.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+ACTIVE_LOCK = ".compactor.lock"  # under index/: held by the active compactor
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class IndexCompactor:
         stop_event: threading.Event | None = None,
         heartbeat: Callable[[], None] | None = None,
         metrics: IndexMetrics | None = None,
+        standby_poll_s: float = 1.0,
     ) -> None:
         self._builder = builder
         self._metrics = metrics
@@ -72,6 +84,8 @@ class IndexCompactor:
         self._interval_s = interval_s
         self._compact_min_files = compact_min_files
         self._stop = stop_event or threading.Event()
+        self._standby_poll_s = standby_poll_s
+        self._lease: int | None = None  # the fd holding the active lock, while active
         self.ticks = 0
         self.versions_flipped = 0
 
@@ -100,13 +114,36 @@ class IndexCompactor:
                 kind, result.seconds, result.version, domains=result.domains, pairs=result.pairs, now_s=time.time()
             )
 
+    @property
+    def active(self) -> bool:
+        return self._lease is not None
+
+    def try_activate(self) -> bool:
+        """Take the active lock if no other compactor holds it (kept until ``close``)."""
+        if self._lease is None:
+            lock_dir = index_dir(self._builder.root)
+            lock_dir.mkdir(parents=True, exist_ok=True)
+            self._lease = try_lock_exclusive(lock_dir / ACTIVE_LOCK)
+            if self._lease is not None:
+                logger.info("index-compactor: active (building every %.1fs)", self._interval_s)
+            if self._metrics is not None:
+                self._metrics.active.set(int(self._lease is not None))
+        return self._lease is not None
+
     def run(self) -> None:
         logger.info("index-compactor: building every %.1fs under %s", self._interval_s, self._builder.root)
         manifest = read_manifest(self._builder.root)
         if self._metrics is not None and manifest is not None:
             self._metrics.set_current(manifest.current_version)  # before the first build: a restart shows it
+        standing_by = False
         while not self._stop.is_set():
             self._heartbeat()
+            if not self.try_activate():
+                if not standing_by:
+                    logger.info("index-compactor: standing by (another compactor is active)")
+                    standing_by = True
+                self._stop.wait(self._standby_poll_s)
+                continue
             try:
                 self.run_once()
             except TransientError as exc:
@@ -121,7 +158,12 @@ class IndexCompactor:
         self._stop.set()
 
     def close(self) -> None:
-        """Nothing to release: every tick's work is on disk when it returns."""
+        """Give up the active lock (a standby takes over); every tick's work is on disk already."""
+        if self._lease is not None:
+            os.close(self._lease)
+            self._lease = None
+            if self._metrics is not None:
+                self._metrics.active.set(0)
 
 
 def from_settings(
@@ -135,6 +177,7 @@ def from_settings(
         IndexBuilder.from_settings(settings),
         interval_s=settings.index.build_interval_s,
         compact_min_files=settings.index.compact_min_files,
+        standby_poll_s=settings.index.standby_poll_s,
         stop_event=stop_event,
         heartbeat=heartbeat,
         metrics=per_registry(IndexMetrics, registry),

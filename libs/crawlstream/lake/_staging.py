@@ -12,9 +12,11 @@ Record: a big-endian ``crawlstream.durable`` frame (``>II``: payload length, crc
 payload) + payload (UTF-8 JSON list of rows). A torn tail (a crash during append), and a record
 failing its CRC, end the good records: ``replay`` truncates the log at the last good one.
 
-Each sink instance owns one directory and holds an exclusive ``flock`` on its ``LOCK``
-file while open; :func:`orphaned_logs` finds sibling directories nobody holds, so a
-surviving instance can adopt the rows of one that crashed and never came back.
+Each sink member owns one directory and holds an exclusive ``flock`` on its ``LOCK`` file
+while open (the kernel drops it when the process dies): :func:`claim_staging` gives a member
+its host's name, or the first free ``<name>.<n>`` when other members on the same host hold it
+(``--scale`` on one machine); :func:`orphaned_logs` finds sibling directories nobody holds, so
+a surviving member adopts the rows of one that crashed and never came back (ADR 028).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 from crawlstream.durable import encode_frame, iter_frames, try_lock_exclusive
 from crawlstream.errors import StorageUnavailable
 
-__all__ = ["Row", "StagingLog", "orphaned_logs"]
+__all__ = ["MAX_MEMBERS", "Row", "StagingLog", "claim_staging", "orphaned_logs"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ Row = tuple[int, str, str, int | None, str | None]
 
 LOG_NAME = "rows.log"
 LOCK_NAME = "LOCK"
+# Members of one group never exceed the partitions (128 at most): a slot past it is a leak.
+MAX_MEMBERS = 128
 
 
 class StagingLog:
@@ -61,8 +65,12 @@ class StagingLog:
 
     @classmethod
     def try_open(cls, directory: Path, *, fsync: bool = True) -> StagingLog | None:
-        """The log of ``directory`` if no other process holds it, else None (adoption)."""
-        fd = try_lock_exclusive(Path(directory) / LOCK_NAME)
+        """The log of ``directory`` (created if missing) if no other process holds it, else None."""
+        try:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            fd = try_lock_exclusive(Path(directory) / LOCK_NAME)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot open staging directory {directory}: {exc}") from exc
         if fd is None:
             return None
         log = cls.__new__(cls)
@@ -135,6 +143,22 @@ def _read(path: Path) -> Iterator[Row]:
         with open(path, "r+b") as fh:
             fh.truncate(pos)
             os.fsync(fh.fileno())
+
+
+def claim_staging(parent: Path, name: str, *, fsync: bool = True) -> StagingLog:
+    """This member's staging log: ``parent/name`` when free, else the first free ``name.2``,
+    ``name.3``... A member restarted on its host takes its old directory back when it is the
+    first free one; any other directory's rows are adopted, never lost (``orphaned_logs``)."""
+    for slot in range(1, MAX_MEMBERS + 1):
+        log = StagingLog.try_open(parent / (name if slot == 1 else f"{name}.{slot}"), fsync=fsync)
+        if log is not None:
+            if slot > 1:
+                logger.info("parquet-sink: staging in %s (%s is held by another member)", log.directory, name)
+            return log
+    raise StorageUnavailable(
+        f"every staging directory {name} .. {name}.{MAX_MEMBERS} under {parent} is held by a live "
+        f"parquet-sink process: a group has at most {MAX_MEMBERS} members (one per partition)"
+    )
 
 
 def orphaned_logs(parent: Path, own: Path) -> Iterator[Path]:

@@ -15,6 +15,7 @@ Contract for callers (the ``crawlstream ingest`` command, the parquet-sink servi
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ DICTIONARY_COLUMNS = ["domain", "scheme", "host_prefix", "port"]
 COLUMN_ENCODING = {"path_query": "DELTA_BYTE_ARRAY", "ts": "DELTA_BINARY_PACKED", "extras": "PLAIN"}
 LAKE_ZSTD_LEVEL: int = LakeSettings().zstd_level
 """Level of the files that stay: ``crawlstream ingest`` and compaction (the sink writes faster)."""
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9.]")  # a file name's tag: no '-' or '/' of its own
 _UNCOMPRESSED = ("scheme", "port")  # a page of a few bytes: a zstd frame would add ~10 to it
 
 
@@ -91,13 +93,17 @@ def write_lake_file(
     row_group_rows: int,
     zstd_level: int,
     replaces: Sequence[str] = (),
+    tag: str = "",
 ) -> tuple[Path, int]:
-    """Publish ``table`` (already in lake order and schema) atomically; return (path, size)."""
+    """Publish ``table`` (already in lake order and schema) atomically; return (path, size).
+    ``tag`` names the writer in the file name (``part-<ms>-<tag>-<random>``: which sink member
+    wrote it); the random part alone keeps two writers' names apart."""
     import json
 
     directory.mkdir(parents=True, exist_ok=True)
     kind = "part-c-" if replaces else "part-"  # compaction output is recognisable by name
-    name = f"{kind}{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}.parquet"
+    middle = f"{_TAG_UNSAFE.sub('_', tag)[:40]}-" if tag else ""
+    name = f"{kind}{int(time.time() * 1000):013d}-{middle}{uuid.uuid4().hex[:12]}.parquet"
     final = directory / name
     if replaces:
         table = table.replace_schema_metadata({REPLACES_KEY: json.dumps(list(replaces)).encode()})
@@ -138,13 +144,16 @@ class LakeWriter:
         config: LakeSettings | None = None,
         on_file: Callable[[WrittenFile], None] | None = None,
         io_threads: int = 8,
+        file_tag: str = "",
     ) -> None:
         """``config``: the ``lake.*`` settings (taken whole; their defaults when None): this writer
-        reads ``row_group_rows``, ``file_max_rows``, ``buffer_max_rows`` and ``zstd_level``."""
+        reads ``row_group_rows``, ``file_max_rows``, ``buffer_max_rows`` and ``zstd_level``.
+        ``file_tag``: the writer's name in its files' names (a sink member's staging name)."""
         self.root = Path(root)
         self.config = config if config is not None else LakeSettings()
         self.on_file = on_file
         self.io_threads = io_threads
+        self.file_tag = file_tag
         self._buffers: dict[tuple[int, str], _Buffer] = {}
         self._buffered = 0
         self._hh_cache: dict[str, str] = {}
@@ -153,7 +162,7 @@ class LakeWriter:
     @classmethod
     def from_settings(cls, settings: Settings, *, zstd_level: int | None = None, **kwargs: Any) -> LakeWriter:
         """A writer with the lake settings; ``zstd_level`` replaces ``lake.zstd_level`` (the sink's
-        ``lake.sink_zstd_level``); ``kwargs``: ``on_file``, ``io_threads``."""
+        ``lake.sink_zstd_level``); ``kwargs``: ``on_file``, ``io_threads``, ``file_tag``."""
         config = settings.lake if zstd_level is None else replace(settings.lake, zstd_level=zstd_level)
         return cls(settings.data_dir, config=config, **kwargs)
 
@@ -215,8 +224,7 @@ class LakeWriter:
                     continue
                 self._buffered -= len(buf.urls)
                 table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
-                fut = pool.submit(write_lake_file, table, partition_dir(self.root, *key),
-                                  row_group_rows=self.config.row_group_rows, zstd_level=self.config.zstd_level)
+                fut = pool.submit(self._write_file, table, key)
                 pending.append((key, table.num_rows, dropped, fut))
             for (dataset_id, hh), rows, dropped, fut in pending:
                 path, size = fut.result()
@@ -240,11 +248,17 @@ class LakeWriter:
         dataset_id, hh = key
         self._buffered -= len(buf.urls)
         table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
-        path, size = write_lake_file(
-            table, partition_dir(self.root, dataset_id, hh),
-            row_group_rows=self.config.row_group_rows, zstd_level=self.config.zstd_level,
-        )
+        path, size = self._write_file(table, key)
         self._record(WrittenFile(dataset_id, hh, path, table.num_rows, dropped, size))
+
+    def _write_file(self, table: pa.Table, key: tuple[int, str]) -> tuple[Path, int]:
+        return write_lake_file(
+            table,
+            partition_dir(self.root, *key),
+            row_group_rows=self.config.row_group_rows,
+            zstd_level=self.config.zstd_level,
+            tag=self.file_tag,
+        )
 
 
 def build_table(

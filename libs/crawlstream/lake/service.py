@@ -20,8 +20,14 @@ the lake and so out of the URL index. Replay goes through this handler and agree
 A crash anywhere replays safely: before 2's fsync the batch is not committed and comes
 again from the bus; after it the staging log is replayed into the lake at start-up;
 between the publish and the truncate of 3 the rows are published twice, which the index
-and reader dedupe by (dataset_id, url). Staging directories of crashed instances that
-never came back are adopted (published) by whichever instance starts next.
+and reader dedupe by (dataset_id, url).
+
+Scaling: each member stages in a directory of its own (its host name, or ``<name>.<n>`` when
+another member on the host holds that: ``lake._staging.claim_staging``) and names its lake
+files after it, so members never write the same file whatever partitions they hold; a
+partition that moves needs no hand-over (rows a member staged are published by that member).
+The staging of a member that died and never came back is adopted (published) by a live one,
+at its start and after each of its publishes (ADR 028).
 """
 
 from __future__ import annotations
@@ -30,14 +36,14 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from crawlstream.bus import Message
 from crawlstream.errors import BadDataError
 from crawlstream.events import ContentStored, UrlRecord
 from crawlstream.lake import LakeWriter, WrittenFile
-from crawlstream.lake._staging import Row, StagingLog, orphaned_logs
+from crawlstream.lake._staging import Row, StagingLog, claim_staging, orphaned_logs
 from crawlstream.runtime import EventHandler, Host, LoopService, ServiceLoop, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.topics import CONTENT_STORED, IN_LAKE_HEADER, URLS_RECORDS
@@ -95,9 +101,13 @@ class SinkHandler(EventHandler):
         flush_interval_s: float,
         clock: Callable[[], float] = time.monotonic,
         skip_in_lake: bool = True,
+        orphans_under: Path | None = None,
     ) -> None:
+        """``orphans_under``: the staging directories' parent, where this member looks for the
+        logs of members that died and never came back (at start-up and after every publish)."""
         self._writer = writer
         self._staging = staging
+        self._orphans_under = orphans_under
         self._default_dataset_id = default_dataset_id
         self._flush_rows = flush_rows
         self._flush_interval_s = flush_interval_s
@@ -111,40 +121,63 @@ class SinkHandler(EventHandler):
         self.skipped_noindex = 0
 
     @classmethod
-    def from_settings(cls, settings: Settings, staging: StagingLog, *, skip_in_lake: bool = True) -> SinkHandler:
+    def from_settings(
+        cls,
+        settings: Settings,
+        staging: StagingLog,
+        *,
+        skip_in_lake: bool = True,
+        orphans_under: Path | None = None,
+    ) -> SinkHandler:
         """The sink's handler writing ``settings``' lake at the sink's zstd level (the live
         service and ``crawlstream replay`` alike, so a replayed row is the row it wrote).
         ``skip_in_lake`` False (replay) writes the rows ``crawlstream ingest`` marked too."""
         return cls(
-            LakeWriter.from_settings(settings, zstd_level=settings.lake.sink_zstd_level),
+            LakeWriter.from_settings(
+                settings, zstd_level=settings.lake.sink_zstd_level, file_tag=staging.directory.name
+            ),
             staging,
             default_dataset_id=settings.crawl.dataset_id,
             flush_rows=settings.lake.sink_flush_rows,
             flush_interval_s=settings.lake.sink_flush_interval_s,
             skip_in_lake=skip_in_lake,
+            orphans_under=orphans_under,
         )
 
-    def recover(self, adopt: Sequence[StagingLog] = ()) -> int:
-        """Publish rows a crash left in our staging log (and in ``adopt``ed ones); return #rows."""
+    def recover(self) -> int:
+        """Publish rows a crash left in our staging log and in orphaned ones; return #rows."""
         rows = self._staging.replay()
         for row in rows:
             self._writer.add(*row)
-        adopted = 0
-        for log in adopt:
-            for row in log.replay():
-                self._writer.add(*row)
-                adopted += 1
-        total = len(rows) + adopted
-        if total:
-            logger.warning(
-                "parquet-sink: publishing %d staged rows left by a crash (%d adopted from other instances)",
-                total,
-                adopted,
-            )
+        if rows:
+            logger.warning("parquet-sink: publishing %d staged rows left by a crash", len(rows))
             self.flush()
-            for log in adopt:
-                log.clear()
-        return total
+        return len(rows) + self.adopt_orphans()
+
+    def adopt_orphans(self) -> int:
+        """Publish, then clear, the staged rows of members that died and did not come back (their
+        directory's lock is free); a member that restarts later finds its log empty."""
+        if self._orphans_under is None:
+            return 0
+        own = self._staging.directory
+        logs = [log for d in orphaned_logs(self._orphans_under, own) if (log := StagingLog.try_open(d)) is not None]
+        adopted = 0
+        try:
+            for log in logs:
+                for row in log.replay():
+                    self._writer.add(*row)
+                    adopted += 1
+            if adopted:
+                logger.warning(
+                    "parquet-sink: publishing %d rows staged by %d members that are gone", adopted, len(logs)
+                )
+                self._writer.flush()
+            for log in logs:
+                log.clear()  # after the publish: a crash in between publishes them twice, never zero times
+        finally:
+            for log in logs:
+                log.close()
+        return adopted
 
     def handle(self, event: ContentStored | UrlRecord, message: Message) -> None:
         if isinstance(event, ContentStored):
@@ -179,6 +212,7 @@ class SinkHandler(EventHandler):
         self._staging.clear()
         self._oldest = None
         self.files_published += len(written)
+        self.adopt_orphans()
         if written:
             logger.info(
                 "parquet-sink: published %d lake files, %d rows",
@@ -209,20 +243,19 @@ def staging_root(settings: Settings) -> Path:
 
 
 def build(host: Host, *, instance: str | None = None) -> ParquetSinkService:
-    """Wire the service. ``instance`` names this process's staging directory (default: the
-    host name, stable for a StatefulSet pod); two live processes must not share one."""
+    """Wire the service. ``instance`` names this member's staging directory (default: the host
+    name, stable for a StatefulSet pod); when another live member holds it, the first free
+    ``<instance>.<n>`` is taken (``claim_staging``), so members scale on one host too."""
     settings = host.settings
     parent = staging_root(settings)
-    own = parent / (instance or socket.gethostname())
-    staging = StagingLog(own)
-    handler = SinkHandler.from_settings(settings, staging)
-    adopted = [log for d in orphaned_logs(parent, own) if (log := StagingLog.try_open(d)) is not None]
+    staging = claim_staging(parent, instance or socket.gethostname())
     try:
-        handler.recover(adopted)
-    finally:
-        for log in adopted:
-            log.close()
-    loop = host.service_loop("parquet-sink", GROUP, TOPICS, handler, batch_size=2000)
+        handler = SinkHandler.from_settings(settings, staging, orphans_under=parent)
+        handler.recover()
+        loop = host.service_loop("parquet-sink", GROUP, TOPICS, handler, batch_size=2000)
+    except BaseException:
+        staging.close()
+        raise
     return ParquetSinkService(loop, handler, staging)
 
 

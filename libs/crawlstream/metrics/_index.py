@@ -44,6 +44,11 @@ class IndexMetrics:
         self.pairs = Gauge(
             "crawlstream_index_pairs", "(domain, dataset) pairs in the current index version", registry=registry
         )
+        self.active = Gauge(
+            "crawlstream_index_compactor_active",
+            "1 while this index compactor is the active one (it builds), 0 while it stands by",
+            registry=registry,
+        )
         self.gc_removed_versions = Counter(
             "crawlstream_index_gc_removed_versions", "Old index versions removed by gc", registry=registry
         )

@@ -379,6 +379,12 @@ class IndexSettings:
         "index-compactor: a lake partition with this many live files is merged (un-fragments postings)",
         check=lambda v: None if v >= 2 else "an integer >= 2",
     )
+    standby_poll_s: float = setting(
+        1.0,
+        "index-compactor: how often a standby checks whether the active compactor is gone; a standby "
+        "takes over within this (one active at a time: a lock that dies with its process, ADR 028)",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
