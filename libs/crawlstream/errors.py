@@ -24,6 +24,7 @@ __all__ = [
     "InvalidUrl",
     "RedisUnavailable",
     "StorageUnavailable",
+    "StoreLocked",
     "TransientError",
 ]
 
@@ -46,6 +47,11 @@ class RedisUnavailable(TransientError):
 
 class StorageUnavailable(TransientError):
     """A file system or object store operation failed for reasons outside the data."""
+
+
+class StoreLocked(StorageUnavailable):
+    """Another live process writes this content store (or shard): a second writer is refused;
+    the lock dies with its holder, so the same call succeeds once that process is gone."""
 
 
 class BadDataError(CrawlstreamError):

@@ -36,6 +36,8 @@ def body_for(url: str) -> bytes:
 def main() -> None:
     mode, root, side = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if mode == "maintain":  # opens the store itself, with maintenance settings (one writer: one open)
+        maintain(root, fd, int(sys.argv[4]))
     config = StoreConfig(segment_bytes=256 * 1024, dict_min_samples=8, global_dict_min_samples=16)
     store = ContentStore(root, config=config)
     if mode == "append":
@@ -46,8 +48,6 @@ def main() -> None:
             os.write(fd, (url + "\n").encode())  # acknowledged: put() returned
             i += 1
     count = int(sys.argv[4])
-    if mode == "maintain":
-        maintain(root, fd, count)
     for i in range(count):
         url = f"https://site{i % 5}.example.com/page/{i}"
         store.put(url, body_for(url), fetched_at_ms=i)

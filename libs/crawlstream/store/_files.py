@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 from crawlstream.durable import fsync_dir
@@ -62,33 +63,47 @@ class AppendFile:
 
 
 class ReadCache:
-    """Open read descriptors by path, so a warm read is one ``pread``."""
+    """Open read descriptors by path, so a warm read is one ``pread``.
+
+    Shared by threads (the puts' thread, API readers, a maintenance step removing a segment):
+    every use of a descriptor, and its close, happens under one lock. Without it a descriptor
+    closed by one thread (``forget``, or ``close`` when the cache is full) could be closed
+    again by another after the kernel gave its number to a file opened meanwhile (the index
+    log), or read after it was reused. A ``pread`` of one record takes microseconds.
+    """
 
     def __init__(self, max_open: int = 256) -> None:
         self._fds: dict[Path, int] = {}
         self._max_open = max_open
+        self._lock = threading.Lock()
 
     def pread(self, path: Path, offset: int, length: int) -> bytes:
-        fd = self._fds.get(path)
-        if fd is None:
-            if len(self._fds) >= self._max_open:
-                self.close()
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                if len(self._fds) >= self._max_open:
+                    self._close_all()
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError as exc:
+                    raise StorageUnavailable(f"segment {path} cannot be opened: {exc}") from exc
+                self._fds[path] = fd
             try:
-                fd = os.open(path, os.O_RDONLY)
+                return os.pread(fd, length, offset)
             except OSError as exc:
-                raise StorageUnavailable(f"segment {path} cannot be opened: {exc}") from exc
-            self._fds[path] = fd
-        try:
-            return os.pread(fd, length, offset)
-        except OSError as exc:
-            raise StorageUnavailable(f"read of {path} at {offset} failed: {exc}") from exc
+                raise StorageUnavailable(f"read of {path} at {offset} failed: {exc}") from exc
 
     def forget(self, path: Path) -> None:
-        fd = self._fds.pop(path, None)
-        if fd is not None:
-            os.close(fd)
+        with self._lock:
+            fd = self._fds.pop(path, None)
+            if fd is not None:
+                os.close(fd)
 
     def close(self) -> None:
+        with self._lock:
+            self._close_all()
+
+    def _close_all(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()

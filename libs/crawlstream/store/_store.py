@@ -6,6 +6,7 @@ Owns everything under its root directory::
     segments/<tier>/<n>.seg.invalid   copies of quarantined (damaged) regions
     dicts/                     zstd dictionaries + dicts.log
     FORMAT                     {"store_format": 3}: other layouts are refused, never misread
+    WRITER.lock                flock held while the store is open: one process at a time
     index-<gen>.snap           compacted live index (zstd-compressed columns), named by index.log
     index.log                  {"snap": gen} then CRC-framed put entries since that snapshot:
                                url -> location (both rebuildable from segments)
@@ -20,8 +21,11 @@ Ordering on every write: segment record first, index entry second. Start-up trun
 tails and re-indexes complete records that a crash left unindexed, so an acknowledged
 record is never lost and a torn one is never served.
 
-Not thread-safe for concurrent writers across processes: one writer process per root
-(the bucket compressor instance that owns the partition); threads share a lock.
+One process at a time opens a root (opening repairs torn tails, so readers are writers too):
+``WRITER.lock`` is an exclusive flock taken first, refused with ``StoreLocked`` while another
+live process holds it, and dropped by the kernel when that process dies. Threads of the
+holder share a lock. A crawl's store is 128 such roots, one per domain checksum
+(``_shards.ShardedStore``), each written by the member that owns its partition.
 
 ``ContentStore`` is the public surface; each job is a part of its own (ADR 021):
 ``_segments`` (segment files, the active hot segment), ``_writer`` (put), ``_reader``
@@ -33,12 +37,15 @@ Not thread-safe for concurrent writers across processes: one writer process per 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from crawlstream.durable import try_lock_exclusive
+from crawlstream.errors import StorageUnavailable, StoreLocked
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
@@ -62,7 +69,24 @@ from crawlstream.store._writer import PageWriter
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
 
-__all__ = ["ContentStore", "RecompressReport", "StoreStats", "VerifyReport"]
+__all__ = ["WRITER_LOCK", "ContentStore", "RecompressReport", "StoreStats", "VerifyReport"]
+
+WRITER_LOCK = "WRITER.lock"
+
+
+def _take_writer_lock(root: Path) -> int:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = try_lock_exclusive(root / WRITER_LOCK)
+    except OSError as exc:
+        raise StorageUnavailable(f"cannot open the content store {root}: {exc}") from exc
+    if fd is None:
+        raise StoreLocked(
+            f"the content store {root} is open in another process (a bucket-compressor member, a "
+            "`crawlstream store` command, or an API serving content): one process at a time writes a "
+            "store or shard; stop that one first (the lock is released when it exits)"
+        )
+    return fd
 
 
 class ContentStore:
@@ -87,7 +111,12 @@ class ContentStore:
         self._lock = threading.RLock()
         # one maintenance step at a time: taken before _lock, never after it
         self._maint_lock = threading.Lock()
-        self._open(max(1, shards))
+        self._writer_lock = _take_writer_lock(self.root)
+        try:
+            self._open(max(1, shards))
+        except BaseException:
+            os.close(self._writer_lock)
+            raise
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ContentStore:
@@ -257,13 +286,19 @@ class ContentStore:
 
     def close(self) -> None:
         with self._lock:
-            if self.config.fsyncs:
-                self.sync()
-            self._segments.close()
-            self._index_log.close()
-            self._index.close()
-            self._quarantine.close()
-            self.dicts.close()
+            if self._writer_lock < 0:
+                return
+            try:
+                if self.config.fsyncs:
+                    self.sync()
+                self._segments.close()
+                self._index_log.close()
+                self._index.close()
+                self._quarantine.close()
+                self.dicts.close()
+            finally:
+                os.close(self._writer_lock)  # last: another process may open the root from here on
+                self._writer_lock = -1
 
     def __enter__(self) -> ContentStore:
         return self
