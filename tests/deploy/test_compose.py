@@ -15,10 +15,13 @@ from deploy_support import REPO, compose_schema_path, load_json, render
 
 from crawlstream.cli import _parser
 from crawlstream.metrics import metrics_port
-from crawlstream.roles import SERVICE_NAMES
+from crawlstream.roles import SERVICE_NAMES, role
 from crawlstream.settings import Settings, iter_specs
 
 COMPOSE_FILE = REPO / "docker-compose.yml"
+# `docker compose up --scale NAME=N` starts N containers of these: every consumer (members of its
+# group) and the index-compactor (an active one and standbys).
+SCALABLE = frozenset({n for n in SERVICE_NAMES if role(n).group is not None} | {"index-compactor"})
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,24 @@ def test_every_service_exposes_the_port_its_metrics_endpoint_listens_on(compose:
         assert env["CRAWLSTREAM_METRICS_HOST"] == "0.0.0.0", name
         port = metrics_port(int(env["CRAWLSTREAM_METRICS_PORT"]) if "CRAWLSTREAM_METRICS_PORT" in env else None, name)
         assert services[name]["expose"] == [str(port)], name
+
+
+def test_scalable_services_name_no_container_publish_no_host_port_and_share_the_data_volume(
+    compose: dict[str, Any],
+) -> None:
+    """A fixed container_name or host port makes `--scale NAME=2` fail on the second container;
+    the members of a writer coordinate through files (and flock) on the one data volume."""
+    services = compose["services"]
+    assert {"bucket-compressor", "parquet-sink", "index-compactor", "fetcher"} <= SCALABLE
+    volumes = set()
+    for name in SCALABLE:
+        service = services[name]
+        assert "container_name" not in service and "ports" not in service, name
+        data_dir = service["environment"]["CRAWLSTREAM_DATA_DIR"]
+        (volume,) = [m.split(":")[0] for m in service["volumes"] if m.split(":")[1] == data_dir]
+        volumes.add(volume)
+    (volume,) = volumes
+    assert volume in compose["volumes"], "a named volume (not a bind mount), shared by every container"
 
 
 def test_topics_are_created_with_the_configured_partitions_before_any_service_starts(

@@ -24,15 +24,18 @@ from deploy_support import (
 
 from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.metrics import metrics_port
-from crawlstream.roles import SERVICE_NAMES, role
+from crawlstream.roles import SERVICE_NAMES, Role, role
 from crawlstream.settings import Settings, iter_specs, load
 from crawlstream.topics import ALL_TOPICS, dlq_topic
 
 Docs = list[dict[str, Any]]
 
-# The consumers whose design allows one process only (services/*/README.md, "Scaling"): the
-# content store takes one writer per root. They run one replica, Recreate, no ScaledObject.
-SINGLE_WRITERS = frozenset({"bucket-compressor"})
+# The index-compactor consumes no topic: one active (holds index/.compactor.lock) and one standby
+# that takes over within index.standby_poll_s (services/index_compactor/README.md, "Scaling").
+INDEX_COMPACTOR_REPLICAS = 2
+# The services that write the shared volume's files from every member, coordinating with flock:
+# each of their pods must mount the one ReadWriteMany claim (README.md here, "Scaling the writers").
+SHARED_VOLUME_WRITERS = frozenset({"bucket-compressor", "parquet-sink", "index-compactor"})
 # Brokers a production cluster has at least (overlays/prod/kustomization.yaml says so).
 PROD_MIN_BROKERS = 3
 
@@ -75,13 +78,9 @@ def _container(deployment: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-def _service_module(name: str) -> Any:
-    return role(name).module()
-
-
-def _consumers() -> dict[str, Any]:
-    """Service name -> its wiring module, for every service with a consumer group."""
-    return {n: m for n in SERVICE_NAMES if hasattr(m := _service_module(n), "GROUP")}
+def _consumers() -> dict[str, Role]:
+    """Service name -> its role, for every service with a consumer group."""
+    return {n: r for n in SERVICE_NAMES if (r := role(n)).group is not None}
 
 
 # -- schemas -------------------------------------------------------------------------------
@@ -168,6 +167,11 @@ def test_every_pod_runs_as_non_root_on_a_read_only_root_without_capabilities(ove
             assert context["capabilities"]["drop"] == ["ALL"]
 
 
+def _claim_names(deployment: dict[str, Any]) -> set[str]:
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    return {v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v}
+
+
 def _writable_dirs(deployment: dict[str, Any]) -> list[PurePosixPath]:
     return [PurePosixPath(m["mountPath"]) for m in _container(deployment)["volumeMounts"] if not m.get("readOnly")]
 
@@ -245,41 +249,74 @@ def _partitions(docs: Docs) -> dict[str, int]:
     return {t["spec"].get("topicName", t["metadata"]["name"]): t["spec"]["partitions"] for t in topics}
 
 
+def _scaled_objects_by_target(docs: Docs) -> dict[str, dict[str, Any]]:
+    """Deployment name -> the ScaledObject that scales it (one at most: KEDA refuses two)."""
+    scaled: dict[str, dict[str, Any]] = {}
+    for so in of_kind(docs, "ScaledObject"):
+        target = so["spec"]["scaleTargetRef"]["name"]
+        assert target not in scaled, f"two ScaledObjects scale {target}"
+        scaled[target] = so
+    return scaled
+
+
 def test_every_consumer_deployment_scales_on_its_group_lag_up_to_its_topics_partitions(
     overlay: tuple[str, Docs],
 ) -> None:
-    docs = overlay[1]
+    """Each consumer's ScaledObject watches exactly its group on exactly its topics (one trigger
+    each), and never asks for more members than the fewest partitions of those topics: a member
+    beyond them would own nothing (a bucket-compressor beyond them, no content store shard)."""
+    overlay_name, docs = overlay
     partitions = _partitions(docs)
-    scaled = by_name(docs, "ScaledObject")
+    scaled = _scaled_objects_by_target(docs)
     deployments = _crawlstream_deployments(docs)
     bootstrap = _config(docs)["KAFKA_BOOTSTRAP_SERVERS"]
-    for name, module in _consumers().items():
-        if name in SINGLE_WRITERS:
-            continue
-        target = deployments[name]["metadata"]["name"]
-        (so,) = [s for s in scaled.values() if s["spec"]["scaleTargetRef"]["name"] == target]
-        triggers = so["spec"]["triggers"]
+    for name, consumer in _consumers().items():
+        deployment = deployments[name]
+        so = scaled[deployment["metadata"]["name"]]
+        spec, triggers = so["spec"], so["spec"]["triggers"]
+        where = (overlay_name, name)
         assert {t["type"] for t in triggers} == {"kafka"}
-        assert {t["metadata"]["consumerGroup"] for t in triggers} == {module.GROUP}, name
-        assert {t["metadata"]["topic"] for t in triggers} == set(module.TOPICS), name
+        assert {t["metadata"]["consumerGroup"] for t in triggers} == {consumer.group}, name
+        assert sorted(t["metadata"]["topic"] for t in triggers) == sorted(consumer.topics), name
         assert {t["metadata"]["bootstrapServers"] for t in triggers} == {bootstrap}, name
         for trigger in triggers:
             assert trigger["metadata"]["allowIdleConsumers"] == "false", name
             assert int(trigger["metadata"]["lagThreshold"]) > 0, name
-        assert 1 <= so["spec"]["minReplicaCount"] <= so["spec"]["maxReplicaCount"]
-        assert so["spec"]["maxReplicaCount"] <= min(partitions[t] for t in module.TOPICS), name
+        assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"], name
+        assert spec["maxReplicaCount"] <= min(partitions[t] for t in consumer.topics), where
+        assert spec["minReplicaCount"] <= deployment["spec"]["replicas"] <= spec["maxReplicaCount"], where
+        assert deployment["spec"]["strategy"]["type"] == "RollingUpdate", "members join and leave one at a time"
 
 
-def test_single_writer_services_run_one_replica_replaced_not_rolled(overlay: tuple[str, Docs]) -> None:
+def test_only_the_consumers_are_scaled_by_keda(overlay: tuple[str, Docs]) -> None:
     docs = overlay[1]
     deployments = _crawlstream_deployments(docs)
-    targets = {s["spec"]["scaleTargetRef"]["name"] for s in of_kind(docs, "ScaledObject")}
-    for name in [*SINGLE_WRITERS, "index-compactor"]:
-        d = deployments[name]
-        assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"] == {"type": "Recreate"}, name
-        assert d["metadata"]["name"] not in targets, name
-    scaled = {n for n, d in deployments.items() if d["metadata"]["name"] in targets}
-    assert scaled == set(_consumers()) - SINGLE_WRITERS, "every other consumer scales on its lag"
+    targets = set(_scaled_objects_by_target(docs))
+    assert targets <= {d["metadata"]["name"] for d in deployments.values()}, "a ScaledObject without its Deployment"
+    assert {n for n, d in deployments.items() if d["metadata"]["name"] in targets} == set(_consumers())
+
+
+def test_the_index_compactor_runs_an_active_one_and_a_standby(overlay: tuple[str, Docs]) -> None:
+    docs = overlay[1]
+    compactor = role("index-compactor")
+    assert compactor.group is None and compactor.topics == (), "no lag to scale on"
+    d = _crawlstream_deployments(docs)["index-compactor"]
+    assert d["spec"]["replicas"] == INDEX_COMPACTOR_REPLICAS
+    assert d["metadata"]["name"] not in _scaled_objects_by_target(docs)
+    # a rolling update starts the new pod as a standby before the old active one lets go
+    assert d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_every_member_of_the_writers_mounts_the_one_read_write_many_claim(overlay: tuple[str, Docs]) -> None:
+    """Deployments, not StatefulSets: every pod of a writer mounts the same claim (a volume
+    per pod would split the content store, the staging adoption and the compactor's lock)."""
+    docs = overlay[1]
+    assert not list(of_kind(docs, "StatefulSet"))
+    claims = {name: _claim_names(d) for name, d in _crawlstream_deployments(docs).items()}
+    assert {name for name, c in claims.items() if c} >= SHARED_VOLUME_WRITERS
+    (claim,) = set().union(*claims.values())
+    pvc = by_name(docs, "PersistentVolumeClaim")[claim]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def _brokers(docs: Docs, overlay_name: str) -> int:
@@ -368,9 +405,8 @@ def test_the_readme_says_which_services_need_the_shared_volume(overlay: tuple[st
             rows[cells[0].strip("`")] = cells
     assert sorted(rows) == sorted(SERVICE_NAMES)
     for name, d in _crawlstream_deployments(overlay[1]).items():
-        claims = [v for v in d["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
         says_shared = rows[name][1].startswith("yes")
-        assert says_shared == bool(claims), name
+        assert says_shared == bool(_claim_names(d)), name
 
 
 def test_the_kubernetes_check_rejects_an_unknown_field() -> None:
