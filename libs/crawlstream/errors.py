@@ -23,6 +23,7 @@ __all__ = [
     "InvalidDomain",
     "InvalidUrl",
     "RedisUnavailable",
+    "ShardNotOwned",
     "StorageUnavailable",
     "StoreLocked",
     "TransientError",
@@ -47,6 +48,11 @@ class RedisUnavailable(TransientError):
 
 class StorageUnavailable(TransientError):
     """A file system or object store operation failed for reasons outside the data."""
+
+
+class ShardNotOwned(CrawlstreamError):
+    """A write for a content-store shard this process does not own (another member's partition,
+    or one it gave up on a rebalance): refused, never written beside the owner."""
 
 
 class StoreLocked(StorageUnavailable):

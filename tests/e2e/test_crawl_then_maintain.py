@@ -28,7 +28,7 @@ from crawlstream.cli import main
 from crawlstream.cli._run import run_crawl
 from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.runtime import open_host
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 
 SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor", "bucket-compressor")
 BIN = Path(sys.executable).parent
@@ -55,7 +55,7 @@ def test_after_a_crawl_and_a_pass_with_ages_zero_every_page_reads_back_from_the_
                 host, web.seed_urls(), services=SERVICES, exit_when_done=True, resolve_map=web.resolve_map
             )
         assert summary.reason == "drained"
-        with ContentStore.from_settings(settings) as store:
+        with open_store(settings) as store:
             html = sorted(e.url for e in store.search() if e.status == 200 and "/p/" in e.url)
             assert len(html) >= 80  # most of the web's 96 pages (robots keeps some out)
             served = {url: _served(web, url) for url in html}
@@ -65,7 +65,7 @@ def test_after_a_crawl_and_a_pass_with_ages_zero_every_page_reads_back_from_the_
     assert main(["store", "maintain", "--now"]) == 0
     capsys.readouterr()
 
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         entries = {e.url: e for e in store.search()}
         assert {e.location.tier for e in entries.values()} == {"archive"}
         bodies = {url: store.get(url) for url in entries}

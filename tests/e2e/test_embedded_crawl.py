@@ -37,7 +37,7 @@ from crawlstream.events import ContentStored, EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
 from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 from crawlstream.urls import registered_domain_or_host
 
@@ -224,7 +224,7 @@ def test_noindex_pages_are_fetched_and_stored_but_not_indexed(crawl: Crawl, answ
     listed = set(indexed_urls(answers))
     assert listed and not listed & noindex
     assert crawl.web.reachable_pages() - listed >= noindex
-    with ContentStore.from_settings(crawl.settings) as store:
+    with open_store(crawl.settings) as store:
         for url in noindex:
             entry = store.entry(url)
             assert entry is not None and "noindex" in entry.tags, url

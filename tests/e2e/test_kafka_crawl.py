@@ -65,7 +65,7 @@ from crawlstream.index import IndexBuilder
 from crawlstream.politeness import Scheduler
 from crawlstream.redisconn import open_redis
 from crawlstream.settings import Settings, load
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 from crawlstream.topics import (
     ALL_TOPICS,
     CONTENT_STORED,
@@ -271,7 +271,7 @@ def web_domains(web: DemoWeb) -> list[str]:
 
 def stored_urls(settings: Settings, web: DemoWeb) -> set[str]:
     """The reachable pages the content store holds."""
-    store = ContentStore.from_settings(settings)
+    store = open_store(settings)
     try:
         return {u for u in web.reachable_pages() if store.entry(u) is not None}
     finally:

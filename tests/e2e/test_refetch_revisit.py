@@ -24,7 +24,7 @@ from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.events import ContentStored, FetchResult
 from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
-from crawlstream.store import ContentStore
+from crawlstream.store import ContentStore, open_store
 from crawlstream.topics import CONTENT_STORED
 
 SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor", "bucket-compressor")
@@ -52,14 +52,14 @@ def test_refetch_of_a_quarantined_page_makes_one_request_and_stores_the_newer_bo
     with _web() as web:
         _crawl(settings, web, web.seed_urls())
         victim = next(u for u in sorted(web.model.changing_pages()) if u in {r.url for r in web.requests()})
-        with ContentStore.from_settings(settings) as store:
+        with open_store(settings) as store:
             old_body = store.get(victim)
             loc = store.entry(victim).location  # type: ignore[union-attr]
         segment = data_dir / "store" / "segments" / loc.segment
         data = bytearray(segment.read_bytes())
         data[loc.offset + loc.length - 8] ^= 0x5A  # damage the stored frame
         segment.write_bytes(bytes(data))
-        with ContentStore.from_settings(settings) as store:
+        with open_store(settings) as store:
             store.verify()
             assert store.quarantined_urls() == [victim]
         before = Counter(r.url for r in page_requests(web.requests()))
@@ -86,7 +86,7 @@ def test_refetch_of_a_quarantined_page_makes_one_request_and_stores_the_newer_bo
         after = Counter(r.url for r in page_requests(web.requests()))
 
     assert after - before == Counter({victim: 1})  # exactly one new request, to the quarantined page
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert store.quarantined_urls() == []
         new_body = store.get(victim)
     assert new_body != old_body and b"revision 1" in new_body
@@ -98,7 +98,7 @@ def test_a_revisit_is_conditional_and_stores_only_what_changed(tmp_path: Path) -
     with _web() as web:
         _crawl(settings, web, web.seed_urls())
         first = page_requests(web.requests())
-        with ContentStore.from_settings(settings) as store:
+        with open_store(settings) as store:
             entries_before = {e.url: (e.location, e.seq) for e in store.search()}
             bodies_before = {u: store.get(u) for u in entries_before}
         run_2 = int(time.time() * 1000)
@@ -129,7 +129,7 @@ def test_a_revisit_is_conditional_and_stores_only_what_changed(tmp_path: Path) -
     stored = [e for e in read_results(settings, CONTENT_STORED) if isinstance(e, ContentStored)]
     assert {e.url for e in stored if e.fetched_at_ms >= run_2} == changing  # nothing else was written
 
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         for url, (location, seq) in entries_before.items():
             entry = store.entry(url)
             assert entry is not None

@@ -24,7 +24,7 @@ from e2e_support import FETCH_TIMEOUT_S, crawl_settings
 
 from crawlstream.cli._run import run_crawl
 from crawlstream.runtime import open_host
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 
 HOST = "flaky-robots.example"
 PAGES = {
@@ -119,7 +119,7 @@ def test_a_seed_whose_robots_txt_fails_twice_waits_and_a_dropped_connection_is_r
     # the dropped one twice
     assert sorted(pages) == ["/", "/a", "/dropped-once", "/dropped-once", "/sitemap.xml"]
     assert server.requests.index("/") > 2
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert {e.url: store.get(e.url) for e in store.search() if e.status == 200} == {
             f"http://{HOST}{path}": body for path, body in PAGES.items()
         }

@@ -17,6 +17,7 @@ from event_samples import sample_events
 from crawlstream import topics
 from crawlstream.errors import EventDecodeError
 from crawlstream.events import (
+    ContentStored,
     DiscoveredUrl,
     EventCodec,
     FetchResult,
@@ -40,7 +41,7 @@ def _evolved(file_name: str) -> Schema:
 def ids() -> LocalSchemaIds:
     """The bundled ids plus the evolved versions, as a registry holding both would."""
     bundled = LocalSchemaIds.bundled()
-    schemas = {schema_id: bundled.schema_for(schema_id) for schema_id in range(1, 13)}  # 1, 2, 3, 4, 6, 9, 11: history/
+    schemas = {schema_id: bundled.schema_for(schema_id) for schema_id in range(1, 14)}  # history/: 1-4, 6, 7, 9, 11
     schemas[101] = _evolved("discovered_url.avsc")
     schemas[102] = _evolved("fetch_result.avsc")
     schemas[103] = _evolved("fetch_result_incompatible.avsc")
@@ -106,3 +107,23 @@ def test_a_codec_with_an_unregistered_schema_refuses_to_write() -> None:
     record = {**dataclasses.asdict(sample_events()[topics.URLS_DISCOVERED]), "language": None}  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match=r"registry\.json"):
         codec.encode_record(DISCOVERED, record, topics.URLS_DISCOVERED)
+
+
+def test_content_stored_before_shards_reads_with_no_shard_and_old_readers_skip_it(ids: LocalSchemaIds) -> None:
+    """content.stored id 7 (before ADR 028) and id 13 (location.shard): both ways round."""
+    new = sample_events()[topics.CONTENT_STORED]
+    assert isinstance(new, ContentStored)
+    new = dataclasses.replace(new, location=dataclasses.replace(new.location, shard=37))
+    old_schema = ids.schema_for(7)
+    old_codec = _new_codec(ids, **{"crawlstream.v1.ContentStored": old_schema})
+    record = dataclasses.asdict(new)
+    del record["location"]["shard"]
+    old_value = old_codec.encode_record("crawlstream.v1.ContentStored", record, topics.CONTENT_STORED)
+    assert schema_id_of(old_value) == 7
+    read = EventCodec(ids).decode(old_value, ContentStored)
+    assert read.location.shard is None and read.location.segment == new.location.segment
+    new_value = EventCodec(ids).encode(new, topics.CONTENT_STORED)
+    assert schema_id_of(new_value) == 13
+    assert EventCodec(ids).decode(new_value, ContentStored).location.shard == 37
+    _, old_read = old_codec.decode_record(new_value)
+    assert "shard" not in old_read["location"] and old_read["location"]["offset"] == new.location.offset

@@ -25,7 +25,7 @@ from crawlstream.events import TOPIC_EVENTS, EventCodec, LocalSchemaIds
 from crawlstream.lake import ALIAS_DATASETS
 from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 from crawlstream.topics import URLS_DISCOVERED, URLS_RECORDS
 from crawlstream.urls import canonicalize, partition_for, registered_domain_or_host
 from tests.e2e.e2e_support import api_answers, crawl_env, demo_web, web_inputs
@@ -153,7 +153,7 @@ def test_the_producers_write_what_crawlstream_decodes_in_the_partition_it_comput
 
 def test_submitted_seeds_are_crawled_and_stored(world: World) -> None:
     web = demo_web(n_domains=10)  # same model (same seed): what the crawl can reach
-    store = ContentStore.from_settings(world.settings)
+    store = open_store(world.settings)
     try:
         reachable_ok = {u for u in web.reachable_pages() if store.entry(u) is not None}
     finally:
@@ -214,7 +214,7 @@ def test_the_content_stored_reader_fetches_every_stored_page_through_the_api(wor
     assert read.returncode == 0, read.stderr
     lines = [json.loads(line) for line in read.stdout.splitlines()]
     summary = lines[-1]["summary"]
-    store = ContentStore.from_settings(world.settings)
+    store = open_store(world.settings)
     try:
         stored_ok = [r for r in lines[:-1] if r.get("status") == 200]
         assert summary["fetched"] == len(stored_ok) > 40

@@ -32,7 +32,7 @@ from crawlstream.redisconn import open_redis
 from crawlstream.robots import MAX_ROBOTS_BYTES, ImportedRobots
 from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
 from crawlstream.urls import canonicalize, partition_for, url_key
 
@@ -192,7 +192,7 @@ def test_stored_bodies_are_imported_and_missing_or_escaping_paths_counted(migrat
         migrated.dsn, "SELECT url, content_storage_path FROM visited_urls WHERE content_storage_path IS NOT NULL"
     )
     details = migrated.report.tables["visited_urls"].details
-    with ContentStore.from_settings(migrated.settings) as store:
+    with open_store(migrated.settings) as store:
         imported = 0
         for url, path in rows:
             canon = canonical_or_none(url)

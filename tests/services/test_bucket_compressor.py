@@ -13,10 +13,10 @@ import zstandard
 from crawlstream.events import ContentStored, EventCodec, FetchResult
 from crawlstream.settings import Settings
 from crawlstream.status import read_store_stats
-from crawlstream.store import ContentStore, Location
+from crawlstream.store import Location, open_store
 from crawlstream.store.service import build, extract_title
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, dlq_topic
-from crawlstream.urls import canonicalize, url_key
+from crawlstream.urls import canonicalize, domain_checksum, url_key
 from tests.services._support import drain, host_for, read_topic
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,7 +50,11 @@ def stored_events(settings: Settings, expected: int) -> list[ContentStored]:
 
 
 def segment_bytes(settings: Settings) -> int:
-    return sum(p.stat().st_size for p in (settings.data_dir / "store" / "segments").rglob("*.seg"))
+    return sum(p.stat().st_size for p in (settings.data_dir / "store").rglob("*.seg"))
+
+
+def _index_log_bytes(settings: Settings) -> int:
+    return sum(p.stat().st_size for p in (settings.data_dir / "store").rglob("index.log"))
 
 
 def run_service(settings: Settings) -> int:
@@ -84,11 +88,12 @@ def test_real_pages_are_stored_and_announced_byte_identical(
     events = stored_events(settings, len(html_pages))
     assert sorted(e.url for e in events) == sorted(canonicalize(u).url for u, _ in html_pages)
     bodies = {canonicalize(u).url: html for u, html in html_pages}
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         for e in events:
             loc = Location(e.location.segment, e.location.offset, e.location.length, e.location.dict_id,
                            e.location.tier)
-            body = store.read_location(loc, expected_hash=bytes.fromhex(e.content_hash))
+            assert e.location.shard == domain_checksum(e.domain)  # the event names the shard
+            body = store.read_location(loc, shard=e.location.shard, expected_hash=bytes.fromhex(e.content_hash))
             assert body == bodies[e.url]
             assert e.size_bytes == len(body) and e.stored_bytes == e.location.length
             assert (e.status, e.dataset_id, e.url_key) == (200, 7, url_key(e.url))
@@ -106,7 +111,7 @@ def test_binary_body_is_stored_without_title(make_settings: Callable[..., Settin
     run_service(settings)
     [event] = stored_events(settings, 1)
     assert event.title is None and event.content_type == "application/octet-stream"
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert store.get(event.url) == blob
 
 
@@ -135,15 +140,15 @@ def test_replayed_batch_is_not_stored_twice(
         assert drain(service.loop) == len(html_pages)
         service.close()
     size_after_first = segment_bytes(settings)
-    index_after_first = (settings.data_dir / "store" / "index.log").stat().st_size
+    index_after_first = _index_log_bytes(settings)
 
     assert run_service(settings) == len(html_pages), "the uncommitted batch is delivered again"
     assert segment_bytes(settings) == size_after_first
-    assert (settings.data_dir / "store" / "index.log").stat().st_size == index_after_first
+    assert _index_log_bytes(settings) == index_after_first
     events = stored_events(settings, 2 * len(html_pages))
     assert len(events) == 2 * len(html_pages)  # announced twice: sinks are idempotent
     assert len({(e.url, e.content_hash, e.location) for e in events}) == len(html_pages)
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert len(store) == len(html_pages)
 
 
@@ -181,12 +186,13 @@ def test_the_fetchers_frame_is_stored_as_is_and_a_two_frame_body_is_dead_lettere
     )
     send_results(settings, [kept, doubled])
     run_service(settings)
-    assert kept.body_zstd in (settings.data_dir / "store" / "segments" / "hot" / "0000000001.seg").read_bytes()
+    shard = settings.data_dir / "store" / "shards" / f"{domain_checksum(canonicalize(url).domain):03d}"
+    assert kept.body_zstd in (shard / "segments" / "hot" / "0000000001.seg").read_bytes()
     with host_for(settings) as host:
         [dead] = read_topic(host, dlq_topic(FETCH_RESULTS), 1)
         assert dict(dead.headers)["error_type"] == b"BadDataError"
     assert [e.url for e in stored_events(settings, 1)] == [kept.url]
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert store.get(kept.url) == html and store.verify().ok
 
 
@@ -202,7 +208,7 @@ def test_stored_location_survives_a_reopen(make_settings: Callable[..., Settings
     send_results(settings, [fetch_result("https://c.example.org/p", b"<html>persist</html>")])
     run_service(settings)
     [event] = stored_events(settings, 1)
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert store.get(event.url) == b"<html>persist</html>"
 
 
@@ -230,7 +236,7 @@ def test_robots_directives_tag_the_page_and_travel_on_content_stored(
         "http://a.com/h.pdf": {"noindex": "x-robots-tag", "nofollow": "x-robots-tag"},
         "http://a.com/p": {},
     }
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert {u: store.entry(u).tags for u in recorded} == {  # type: ignore[union-attr]
             "http://a.com/m": {"noindex"},
             "http://a.com/h.pdf": {"noindex", "nofollow"},
@@ -284,7 +290,7 @@ def test_the_service_runs_store_maintenance_on_its_own(
             assert time.monotonic() - started < 5
     assert "store-maintenance" not in {t.name for t in threading.enumerate()}
     bodies = {canonicalize(u).url: html for u, html in html_pages}
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         assert len(store) == len(html_pages)
         for url, body in bodies.items():
             assert store.get(url) == body

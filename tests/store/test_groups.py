@@ -11,7 +11,15 @@ from store_support import group_headers
 
 from crawlstream.devtools.demoweb._render import _padding
 from crawlstream.errors import ChecksumMismatch
-from crawlstream.store import KIND_GROUP, KIND_GROUP_BZIP2, ContentStore, GroupHeader, StoreConfig, decode_record_header
+from crawlstream.store import (
+    KIND_GROUP,
+    KIND_GROUP_BZIP2,
+    ContentStore,
+    GroupHeader,
+    StoreConfig,
+    decode_record_header,
+    open_store,
+)
 
 NO_DICTS = StoreConfig(dict_min_samples=10_000, global_dict_min_samples=10_000)
 
@@ -254,5 +262,5 @@ def test_store_archive_bzip2_comes_from_the_settings(tmp_path: Path, value: str 
     env = {"CRAWLSTREAM_DATA_DIR": str(tmp_path)}
     if value is not None:
         env["CRAWLSTREAM_STORE_ARCHIVE_BZIP2"] = value
-    with ContentStore.from_settings(load(env)) as store:
+    with open_store(load(env)) as store:
         assert store.config.archive_bzip2 is expected

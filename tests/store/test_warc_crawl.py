@@ -25,7 +25,7 @@ from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.events import EventCodec, FetchResult
 from crawlstream.runtime import open_host
 from crawlstream.settings import Settings, load
-from crawlstream.store import ContentStore
+from crawlstream.store import open_store
 from crawlstream.topics import FETCH_RESULTS
 
 BIN = Path(sys.executable).parent
@@ -88,7 +88,7 @@ def crawled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Crawled]:
 def test_a_crawl_exports_the_heads_the_server_sent(crawled: Crawled, tmp_path: Path) -> None:
     out = tmp_path / "crawl.warc.gz"
     assert main(["export-warc", "--data-dir", str(crawled.data_dir), str(out)]) == 0
-    with ContentStore.from_settings(crawled.settings) as store:
+    with open_store(crawled.settings) as store:
         stored = {e.url: store.get(e.url) for e in store.search()}
     assert len(stored) >= 20 and set(stored) <= set(crawled.heads)
 

@@ -30,7 +30,7 @@ Contract:
   carry no token; the page's data comes from ``/v1/status``: ``_status`` docstring).
 * Nothing here logs URLs, domains of requests or tokens (seed §8): logs carry the route
   template, status, latency and request id.
-* Content read / delete / search over the :class:`~crawlstream.store.ContentStore` (optional
+* Content read / delete / search over the :class:`~crawlstream.store.ShardedStore` (optional
   ``store``): ``_content`` docstring.
 """
 
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from crawlstream.index import IndexReader, PinnedIndex
     from crawlstream.settings import Settings
     from crawlstream.status import StatusCollector
-    from crawlstream.store import ContentStore
+    from crawlstream.store import ShardedStore
 
 __all__ = [
     "GRANT_KEY",
@@ -363,7 +363,7 @@ def create_app(
     registry: CollectorRegistry,
     config: ApiSettings | None = None,
     anonymous_reads: bool | None = None,
-    store: ContentStore | None = None,
+    store: ShardedStore | None = None,
     status: StatusCollector | None = None,
 ) -> web.Application:
     """The application. The caller owns ``reader`` and ``store`` (close them after the app is cleaned up).
@@ -439,14 +439,14 @@ def from_settings(settings: Settings, *, registry: CollectorRegistry | None = No
     """The app over ``<data_dir>/index`` (and ``<data_dir>/store`` if it exists); what it opens
     is closed on app cleanup."""
     from crawlstream.index import IndexReader
-    from crawlstream.store import ContentStore
+    from crawlstream.store import open_store
 
     tokens, anonymous_reads = tokens_from_settings(settings)
     reader = IndexReader.from_settings(settings)
     # The store has one writer per root and opening it repairs torn tails: only open it when
     # no bucket compressor writes there (ApiSettings.serve_content; `crawlstream demo` does).
     serve_content = settings.api.serve_content and (settings.data_dir / "store").is_dir()
-    store = ContentStore.from_settings(settings) if serve_content else None
+    store = open_store(settings) if serve_content else None
     from crawlstream.status import StatusCollector
 
     status = StatusCollector.from_settings(settings, store=store)

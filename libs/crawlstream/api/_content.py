@@ -1,4 +1,4 @@
-"""Content routes of the query API: read, delete and search pages in the :class:`ContentStore`.
+"""Content routes of the query API: read, delete and search pages in the :class:`~crawlstream.store.ShardedStore`.
 
 Contract:
 
@@ -54,7 +54,7 @@ from crawlstream.urls import CanonicalUrl
 if TYPE_CHECKING:
     from crawlstream.api._acl import Grant
     from crawlstream.api._app import QueryApi
-    from crawlstream.store import ContentStore, Entry
+    from crawlstream.store import Entry, ShardedStore
 
 __all__ = [
     "CONTENT_HASH_HEADER",
@@ -133,7 +133,7 @@ def _tags(query: Any) -> list[str]:
 class ContentApi:
     """The content handlers; plumbing (grant, executor, timeout, caps) is the ``QueryApi``'s."""
 
-    def __init__(self, api: QueryApi, store: ContentStore | None, registry: CollectorRegistry) -> None:
+    def __init__(self, api: QueryApi, store: ShardedStore | None, registry: CollectorRegistry) -> None:
         self.api = api
         self.store = store
         self._logged_damage: set[int] = set()
@@ -146,7 +146,7 @@ class ContentApi:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _ready(self, request: web.Request) -> tuple[ContentStore, Grant]:
+    def _ready(self, request: web.Request) -> tuple[ShardedStore, Grant]:
         """The store (503 when none is configured) for a grant that sees every dataset (403)."""
         grant: Grant = request[GRANT_KEY]
         if grant.datasets is not None:
@@ -307,7 +307,7 @@ class ContentApi:
 
 
 def add_content_routes(
-    app: web.Application, api: QueryApi, store: ContentStore | None, registry: CollectorRegistry
+    app: web.Application, api: QueryApi, store: ShardedStore | None, registry: CollectorRegistry
 ) -> ContentApi:
     content = ContentApi(api, store, registry)
     app.router.add_get("/v1/content", content.read)

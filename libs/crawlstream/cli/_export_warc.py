@@ -12,7 +12,7 @@ from pathlib import Path
 from crawlstream.durable import atomic_file
 from crawlstream.errors import ConfigError
 from crawlstream.settings import Settings
-from crawlstream.store import ContentStore, export_warc
+from crawlstream.store import export_warc, open_store
 from crawlstream.store._warc import export_warc_files
 
 # The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
@@ -40,12 +40,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_file_bytes < 0:
         raise ConfigError(f"--max-file-bytes must be positive (or 0 for one file), got {args.max_file_bytes}")
     if args.max_file_bytes:
-        with ContentStore.from_settings(settings) as store:
+        with open_store(settings) as store:
             files, written, skipped = export_warc_files(store, out, args.max_file_bytes, domain=args.domain)
         report = {"out": [str(f) for f in files], "records": written, "skipped_corrupt": skipped}
         sys.stdout.write(json.dumps(report) + "\n")
         return 0 if not skipped else 1
-    with ContentStore.from_settings(settings) as store, atomic_file(out) as fh:
+    with open_store(settings) as store, atomic_file(out) as fh:
         written, skipped = export_warc(store, fh, domain=args.domain)
     sys.stdout.write(json.dumps({"out": str(out), "records": written, "skipped_corrupt": skipped}) + "\n")
     return 0 if not skipped else 1

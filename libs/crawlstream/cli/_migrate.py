@@ -138,7 +138,7 @@ def migrate_postgres(
     """Build the migrator from ``settings`` and run it (the command without its lock and output);
     ``on_batch`` is the migrator's test hook."""
     from crawlstream.runtime import open_host
-    from crawlstream.store import ContentStore
+    from crawlstream.store import open_store
 
     dataset_id = settings.crawl.dataset_id if args.dataset_id is None else args.dataset_id
     state_dir = settings.data_dir / "migrate"
@@ -175,7 +175,7 @@ def migrate_postgres(
             dedupe_partitions=events.partition_count(URLS_DISCOVERED),
             scheduler_partitions=events.partition_count(URLS_FRONTIER),
             content_root=args.content_root,
-            open_store=lambda: ContentStore.from_settings(settings),
+            open_store=lambda: open_store(settings),
             publish=publish,
             published=published,
             publish_visited=publish_visited,

@@ -55,9 +55,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     read = batch.summary()  # what the arguments named, before the store's quarantined URLs join
     quarantined = 0
     if args.quarantined:
-        from crawlstream.store import ContentStore  # only this option needs the store
+        from crawlstream.store import open_store  # only this option needs the store
 
-        with ContentStore.from_settings(settings) as store:
+        with open_store(settings) as store:
             found = store.quarantined_urls()
         quarantined = len(found)
         known = set(batch.urls)

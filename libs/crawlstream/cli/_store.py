@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import TextIO
 
 from crawlstream.settings import Settings
-from crawlstream.store import ContentStore, RecompressReport
+from crawlstream.store import RecompressReport, open_store
 
 # The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
 SETTINGS_SECTIONS: tuple[str, ...] | None = ("store",)
@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         report = store.verify()
     out = {
         "segments": report.segments,
@@ -72,7 +72,7 @@ def run_verify(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         count = store.rebuild_index()
         sys.stdout.write(json.dumps({"index_entries": count, "live_urls": len(store)}) + "\n")
     return 0
@@ -81,7 +81,7 @@ def run_rebuild(args: argparse.Namespace, settings: Settings) -> int:
 def run_stats(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.status import save_store_stats
 
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         st = store.stats()
     save_store_stats(settings.data_dir, st)  # the status page's last known numbers
     out = asdict(st) | {"stored_bytes": st.stored_bytes, "ratio": round(st.ratio, 3)}
@@ -124,7 +124,7 @@ def run_maintain(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.status import save_store_stats
 
     started = time.monotonic()
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         backlog = store.maintenance_backlog(ages_zero=args.now)
         progress = MaintainProgress(backlog["tier_bytes"] + backlog["compact_bytes"], sys.stderr)
         try:
@@ -162,7 +162,7 @@ def run_tag(args: argparse.Namespace, settings: Settings) -> int:
     bad = [t for t in args.tags if not t or has_control_chars(t)]
     if bad:
         raise BadDataError(f"tags must be non-empty printable text, found {bad[0]!r}")
-    with ContentStore.from_settings(settings) as store:
+    with open_store(settings) as store:
         try:
             (store.untag if args.remove else store.tag)(args.url, *args.tags)
         except KeyError:

@@ -110,6 +110,7 @@ class ContentLocation:
     length: int
     dict_id: int
     tier: str
+    shard: int | None = None  # the store shard (domain checksum); None: a store written before shards
 
 
 @dataclass(frozen=True, slots=True)

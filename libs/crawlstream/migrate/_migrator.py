@@ -59,7 +59,7 @@ from crawlstream.migrate._source import TABLES, Key, PostgresSource, TableSpec
 from crawlstream.migrate._values import TableReport, epoch_ms, flag, frontier_depth, http_status, robots_bytes
 from crawlstream.politeness import Controls, Scheduler
 from crawlstream.robots import MAX_ROBOTS_BYTES, ImportedRobots, ImportedRobotsTxt
-from crawlstream.store import ContentStore
+from crawlstream.store import ShardedStore
 from crawlstream.urls import (
     KEY_HASH_MASK,
     CanonicalUrl,
@@ -248,7 +248,7 @@ class PostgresMigrator:
         dedupe_partitions: int,
         scheduler_partitions: int,
         content_root: Path | None = None,
-        open_store: Callable[[], ContentStore] | None = None,
+        open_store: Callable[[], ShardedStore] | None = None,
         publish: Publish | None = None,
         published: Callable[[], None] | None = None,
         publish_visited: PublishVisited | None = None,
@@ -273,7 +273,7 @@ class PostgresMigrator:
         self.scheduler_partitions = scheduler_partitions
         self.content_root = content_root.resolve() if content_root is not None else None
         self._open_store = open_store
-        self._store: ContentStore | None = None
+        self._store: ShardedStore | None = None
         self._publish = publish
         self._published = published
         self._publish_visited = publish_visited if publish is not None else None

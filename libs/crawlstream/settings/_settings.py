@@ -276,6 +276,12 @@ class StoreSettings:
         "compressor on a background thread; 0: only `crawlstream store maintain` runs them",
         check=non_negative,
     )
+    shard_lock_wait_s: float = setting(
+        30.0,
+        "how long a process waits for a content-store shard another process holds (a member handing its "
+        "partitions over) before giving up with StoreLocked and restarting (ADR 028)",
+        check=non_negative,
+    )
     maintenance_budget_bytes: int = setting(
         32 * 1024 * 1024,
         "raw page bytes one maintenance step reads and rewrites at most: bounds its duration and memory "

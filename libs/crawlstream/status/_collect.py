@@ -44,7 +44,7 @@ from crawlstream.topics import CONTENT_STORED, FETCH_REQUESTS, FETCH_RESULTS, UR
 
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
-    from crawlstream.store import ContentStore
+    from crawlstream.store import ShardedStore
 
 __all__ = ["TOP_DOMAINS", "OffsetsSource", "StatusCollector"]
 
@@ -52,11 +52,11 @@ logger = logging.getLogger(__name__)
 
 TOP_DOMAINS = 10
 _RATE_WINDOW_S = 10.0
-_STORE_STATS_INTERVAL_S = 30.0  # ContentStore.stats() walks every entry: not every poll
+_STORE_STATS_INTERVAL_S = 30.0  # ShardedStore.stats() walks every entry: not every poll
 # What a damaged, half-written or newer-format file can raise while it is parsed.
 _READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, struct.error, CrawlstreamError)
 _STATS_FILE = Path("crawl") / "stats.json"
-# What only ContentStore.stats() counts (a process that sizes the files shows the last saved).
+# What only ShardedStore.stats() counts (a process that sizes the files shows the last saved).
 _COUNTED_BY_THE_STORE = ("urls", "raw_bytes", "ratio", "quarantined_urls")
 
 
@@ -115,7 +115,7 @@ class StatusCollector:
         *,
         bus: OffsetsSource | None,
         bus_backend: str | None,
-        store: ContentStore | None = None,
+        store: ShardedStore | None = None,
         min_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -134,7 +134,7 @@ class StatusCollector:
         self._error_outcomes = ERROR_OUTCOMES
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, store: ContentStore | None = None) -> StatusCollector:
+    def from_settings(cls, settings: Settings, *, store: ShardedStore | None = None) -> StatusCollector:
         """Kafka when ``KAFKA_BOOTSTRAP_SERVERS`` is set (as ``open_bus``), else the embedded
         log's files under ``<data_dir>/bus``."""
         bus: OffsetsSource

@@ -40,15 +40,18 @@ from crawlstream.store._dicts import GLOBAL_DOMAIN, DictInfo, DictionaryStore
 from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._model import TIERS, Entry, Location, Problem
 from crawlstream.store._reports import RecompressReport, StoreStats, VerifyReport
+from crawlstream.store._shards import ALL_CHECKSUMS, SHARDS, ShardedStore, open_store
 from crawlstream.store._store import ContentStore
 from crawlstream.store._warc import export_warc
 
 __all__ = [
+    "ALL_CHECKSUMS",
     "GLOBAL_DOMAIN",
     "KIND_BODY",
     "KIND_GROUP",
     "KIND_GROUP_BZIP2",
     "KIND_REF",
+    "SHARDS",
     "SKIPPABLE_MAGIC",
     "TIERS",
     "ContentStore",
@@ -62,6 +65,7 @@ __all__ = [
     "RecompressReport",
     "RecordHeader",
     "ScanItem",
+    "ShardedStore",
     "StoreConfig",
     "StoreMaintainer",
     "StoreStats",
@@ -80,5 +84,6 @@ __all__ = [
     "encode_record",
     "export_warc",
     "member_checksum",
+    "open_store",
     "scan_records",
 ]

@@ -22,6 +22,7 @@ from crawlstream.store._model import TIERS, Entry, Location
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
     from crawlstream.store._reports import RecompressReport
+    from crawlstream.store._shards import ShardedStore
     from crawlstream.store._store import ContentStore
 
 __all__ = ["GroupShape", "Move", "StoreMaintainer", "pick_batch", "sample_evenly", "segment_live_bytes"]
@@ -171,7 +172,7 @@ class StoreMaintainer:
 
     def __init__(
         self,
-        store: ContentStore,
+        store: ContentStore | ShardedStore,
         *,
         interval_s: float,
         ages_zero: bool = False,
@@ -188,7 +189,7 @@ class StoreMaintainer:
         self.moved_urls = 0
 
     @classmethod
-    def from_settings(cls, store: ContentStore, settings: Settings) -> StoreMaintainer | None:
+    def from_settings(cls, store: ContentStore | ShardedStore, settings: Settings) -> StoreMaintainer | None:
         """None when ``store.maintenance_interval_s`` is 0 (maintenance only by ``crawlstream store maintain``)."""
         interval = settings.store.maintenance_interval_s
         return cls(store, interval_s=interval) if interval > 0 else None

@@ -47,6 +47,11 @@ logger = logging.getLogger(__name__)
 def check_format(root: Path) -> None:
     """Refuse a root written by another layout version (no migration: a clear error instead)."""
     marker = root / "FORMAT"
+    if (root / "LAYOUT").exists():
+        raise UnsupportedFormat(
+            f"{root} is a sharded content store (LAYOUT): open it with crawlstream.store.open_store or "
+            "ShardedStore, which routes each URL to its shard"
+        )
     if marker.exists():
         try:
             found = json.loads(marker.read_text()).get("store_format")

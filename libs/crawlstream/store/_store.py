@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import StorageUnavailable, StoreLocked
@@ -65,9 +64,6 @@ from crawlstream.store._tiering import Tiering
 from crawlstream.store._training import DictionaryTrainer
 from crawlstream.store._urls import UrlParts, describe_url
 from crawlstream.store._writer import PageWriter
-
-if TYPE_CHECKING:
-    from crawlstream.settings import Settings
 
 __all__ = ["WRITER_LOCK", "ContentStore", "RecompressReport", "StoreStats", "VerifyReport"]
 
@@ -97,7 +93,7 @@ class ContentStore:
         root: Path,
         *,
         config: StoreConfig | None = None,
-        shards: int = 16,
+        index_shards: int = 16,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
@@ -113,19 +109,14 @@ class ContentStore:
         self._maint_lock = threading.Lock()
         self._writer_lock = _take_writer_lock(self.root)
         try:
-            self._open(max(1, shards))
+            self._open(max(1, index_shards))
         except BaseException:
             os.close(self._writer_lock)
             raise
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ContentStore:
-        """The store under ``<data_dir>/store``, configured by the ``store.*`` settings."""
-        return cls(settings.data_dir / "store", config=StoreConfig.from_settings(settings))
-
     # ------------------------------------------------------------------ start-up
 
-    def _open(self, shards: int) -> None:
+    def _open(self, index_shards: int) -> None:
         """Build the parts and bring memory up to date with the files (order matters: see each step)."""
         config, lock = self.config, self._lock
         # 1. refuse another layout before touching anything
@@ -136,7 +127,7 @@ class ContentStore:
         # 2. read the logs (truncating torn tails) before any of them is opened for appending
         self._index_log = IndexLog(self.root, self._segments, config, self._key_of)
         puts, snapshot_ok = self._index_log.read()
-        self._index = UrlIndex(self.root, config, shards=shards, key_fn=self._key_fn)
+        self._index = UrlIndex(self.root, config, shards=index_shards, key_fn=self._key_fn)
         ops = read_log(self._index.ops_path)
         self._quarantine = Quarantine(self.root, self._segments, config)
         self._index_log.open()

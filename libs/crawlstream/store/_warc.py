@@ -42,6 +42,7 @@ from crawlstream.errors import ChecksumMismatch
 if TYPE_CHECKING:
     from crawlstream.store._model import Entry
     from crawlstream.store._response import StoredResponse
+    from crawlstream.store._shards import ShardedStore
     from crawlstream.store._store import ContentStore
 
 __all__ = ["export_warc", "export_warc_files", "response_headers", "split_name"]
@@ -168,7 +169,7 @@ class _Pages:
 
     REF_BATCH = 100_000
 
-    def __init__(self, store: ContentStore, domain: str | None) -> None:
+    def __init__(self, store: ContentStore | ShardedStore, domain: str | None) -> None:
         self._store = store
         self._domain = domain
         self.skipped = 0
@@ -196,7 +197,7 @@ class _Pages:
             yield entry, body, response or ref_heads.get(entry.url)
 
 
-def export_warc(store: ContentStore, out: IO[bytes], *, domain: str | None = None) -> tuple[int, int]:
+def export_warc(store: ContentStore | ShardedStore, out: IO[bytes], *, domain: str | None = None) -> tuple[int, int]:
     """Write every live page (of ``domain``, or all) to ``out``; returns (pages written, skipped).
 
     Corrupt records are skipped with an error logged, never exported.
@@ -221,7 +222,7 @@ def split_name(out: Path, index: int) -> Path:
 
 
 def export_warc_files(
-    store: ContentStore, out: Path, max_file_bytes: int, *, domain: str | None = None
+    store: ContentStore | ShardedStore, out: Path, max_file_bytes: int, *, domain: str | None = None
 ) -> tuple[list[Path], int, int]:
     """Write the pages to ``split_name(out, 0)``, ``split_name(out, 1)`` ...: a new file begins
     once the current one has reached ``max_file_bytes`` (a page's records never straddle two

@@ -21,21 +21,29 @@ Order within one loop iteration (do not reorder: it is the at-least-once guarant
 4. the loop flushes the producer and commits. A crash before 4 replays the batch: the
    puts are no-ops and the events are sent again (sinks are idempotent).
 
+Members scale by the domain checksum (ADR 028): the store is 128 shards, one per checksum, and
+a member owns the shards of the ``fetch.results`` partitions it holds (``c mod P == p``): it takes
+them in ``on_assign`` and syncs and closes them in ``on_revoke`` / ``on_lost`` (their locks drop,
+so the next owner opens them; a write after that is refused). A message whose domain is not in its
+partition (a producer that did not partition by the domain checksum) is dead-lettered.
+
 Store maintenance runs beside the loop (``StoreMaintainer``, a background thread): every
-``store.maintenance_interval_s`` one bounded step moves the oldest pages due for a deeper
-tier (``store.warm_after_s`` …) or compacts segments with dead space (ADR 018). Events
-already sent keep the location they were stored at; readers look pages up by URL.
+``store.maintenance_interval_s`` one bounded step, on the next owned shard with work, moves the
+oldest pages due for a deeper tier (``store.warm_after_s`` …) or compacts segments with dead
+space (ADR 018). Events already sent keep the location they were stored at (``shard`` names the
+shard); readers look pages up by URL.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import zstandard
 
 from crawlstream.bus import Message, TopicPartition
-from crawlstream.errors import BadDataError, CrawlstreamError
+from crawlstream.errors import BadDataError, CrawlstreamError, ShardNotOwned
 from crawlstream.events import ContentLocation, ContentStored, EventProducer, FetchResult
 from crawlstream.links import DEFAULT_AGENT_TOKEN, RobotsDirectives, extract_title, is_html, page_directives
 from crawlstream.metrics import StoreMetrics, per_registry
@@ -44,7 +52,8 @@ from crawlstream.runtime import EventHandler, Host, LoopService, run_standalone
 from crawlstream.settings import Settings
 from crawlstream.status import save_store_stats
 from crawlstream.store._maintenance import StoreMaintainer
-from crawlstream.store._store import ContentStore
+from crawlstream.store._model import Location
+from crawlstream.store._shards import SHARDS, ShardedStore, open_store
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 
 GROUP = "crawlstream.bucket-compressor"
@@ -64,15 +73,17 @@ class CompressHandler(EventHandler):
 
     def __init__(
         self,
-        store: ContentStore,
+        store: ShardedStore,
         out: EventProducer,
         *,
         max_body_bytes: int,
+        partition_count: Callable[[], int] | None = None,
         agent: str = DEFAULT_AGENT_TOKEN,
         obey_directives: bool = True,
         metrics: StoreMetrics | None = None,
     ) -> None:
         self._store = store
+        self._partition_count = partition_count
         self._metrics = metrics
         self._out = out
         self._max_body_bytes = max_body_bytes
@@ -104,19 +115,7 @@ class CompressHandler(EventHandler):
         recorded = directives.as_map()
         tags = sorted(recorded) + (["truncated"] if event.truncated else [])
         # InvalidUrl (a BadDataError) dead-letters the message: the store canonicalizes.
-        location = self._store.put(
-            event.url,
-            body,
-            content_type=event.content_type,
-            title=title,
-            status=event.status,
-            fetched_at_ms=event.fetched_at_ms,
-            tags=tags,
-            response_head=event.response_head,  # kept for WARC export (ADR 022); None from older fetchers
-            ip_address=event.ip_address,
-            request_head=event.request_head,  # the WARC request record; None from older fetchers
-            body_frame=event.body_zstd,  # decompressed to ``body`` above: stored as is (ADR 009)
-        )
+        location = self._put(event, message, body, title, tags)
         entry = self._store.entry(event.url)
         assert entry is not None, "a put entry is readable at once"
         stored = ContentStored(
@@ -125,7 +124,12 @@ class CompressHandler(EventHandler):
             domain=entry.domain,
             content_hash=entry.content_hash.hex(),
             location=ContentLocation(
-                location.segment, location.offset, location.length, location.dict_id, location.tier
+                location.segment,
+                location.offset,
+                location.length,
+                location.dict_id,
+                location.tier,
+                self._store.shard_of(entry.domain),
             ),
             size_bytes=len(body),
             stored_bytes=location.length,
@@ -137,6 +141,28 @@ class CompressHandler(EventHandler):
             robots_directives=recorded,
         )
         self._pending.append(_Stored(stored, message))
+
+    def _put(self, event: FetchResult, message: Message, body: bytes, title: str | None, tags: list[str]) -> Location:
+        try:
+            return self._store.put(
+                event.url,
+                body,
+                content_type=event.content_type,
+                title=title,
+                status=event.status,
+                fetched_at_ms=event.fetched_at_ms,
+                tags=tags,
+                response_head=event.response_head,  # kept for WARC export (ADR 022); None from older fetchers
+                ip_address=event.ip_address,
+                request_head=event.request_head,  # the WARC request record; None from older fetchers
+                body_frame=event.body_zstd,  # decompressed to ``body`` above: stored as is (ADR 009)
+            )
+        except ShardNotOwned as exc:
+            raise BadDataError(
+                f"{event.url!r} at {message.topic}[{message.partition}]@{message.offset} is not in the partition "
+                f"its domain's checksum maps to, so its content-store shard belongs to another member ({exc}); "
+                "producers must partition fetch.results by the domain checksum (schemas/README.md)"
+            ) from exc
 
     def _decompress(self, event: FetchResult, message: Message) -> bytes:
         try:
@@ -169,26 +195,37 @@ class CompressHandler(EventHandler):
         logger.debug("stored and announced %d bodies", len(self._pending))
         self._pending.clear()
 
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        self._store.own(self._checksums(partitions))
+
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
-        # Every handled batch was synced in end_batch; sync again in case a caller
-        # drives handle() without end_batch (cheap when nothing is dirty).
-        self._store.sync()
+        # Every handled batch was synced in end_batch; release syncs and closes the shards, so
+        # the next owner can open them (and this member can no longer write them).
+        self._store.release(self._checksums(partitions))
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
-        # Records already written stay valid (puts are idempotent); nothing to drop.
+        # Records already written stay valid (puts are idempotent); the shards are closed now.
         self._pending.clear()
+        self._store.release(self._checksums(partitions))
+
+    def _checksums(self, partitions: list[TopicPartition]) -> set[int]:
+        """The domain checksums of ``partitions``: c with c mod P == p (P divides 128)."""
+        count = self._partition_count() if self._partition_count is not None else 1
+        mine = {tp.partition for tp in partitions if tp.topic == FETCH_RESULTS}
+        return {c for c in range(SHARDS) if c % count in mine}
 
 
 def build(host: Host) -> LoopService:
-    """Wire the service on ``<data_dir>/store`` (one writer process per store root)."""
+    """Wire the service on ``<data_dir>/store``: it writes the shards of the partitions it holds."""
     settings = host.settings
-    store = ContentStore.from_settings(settings)
+    store = open_store(settings, owned=())
     out = host.event_producer()
     metrics = per_registry(StoreMetrics, host.registry)
     handler = CompressHandler(
         store,
         out,
         max_body_bytes=settings.fetch.max_body_bytes,
+        partition_count=lambda: out.partition_count(FETCH_RESULTS),
         agent=product_token(settings.fetch.user_agent),
         obey_directives=settings.crawl.obey_robots_directives,
         metrics=metrics,
