@@ -20,6 +20,9 @@ ratio against one zstd-19 stream, the pass's CPU per MB, archive-tier read laten
 three times, in random order) and the CPU of reading
 every page once in URL order, as WARC export does.
 
+``--sharded`` (ADR 028): the real pages and the synthetic web in one store and in the 128-shard
+store a crawl writes: ratio after a pass, put and maintenance CPU.
+
 ``--retrain`` (ADR 021 "Retraining"): one domain of real pages that drifts (a shop's product
 pages, then articles of many sites) — the ratio with its first dictionary, then after one
 pass with the default retraining rules (retrain, recompress, drop), its peak memory by kind
@@ -366,6 +369,59 @@ def run_synthetic(quick: bool) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ one store vs 128 shards (ADR 028)
+
+
+def _layout_pass(pages: list[tuple[str, bytes]], sharded: bool) -> Callable[[], dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        from crawlstream.store import ContentStore, ShardedStore
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = ShardedStore(Path(tmp)) if sharded else ContentStore(Path(tmp))
+            with store:
+                t = time.process_time()
+                for url, body in pages:
+                    store.put(url, body, content_type="text/html", fetched_at_ms=0)
+                store.sync()
+                put_cpu_s = time.process_time() - t
+                hot = store.stats()
+                t = time.process_time()
+                store.maintain(ages_zero=True)
+                maintain_cpu_s = time.process_time() - t
+                st = store.stats()
+        return {
+            "hot_ratio": round(hot.ratio, 3),
+            "ratio": round(st.ratio, 3),
+            "stored_bytes": st.stored_bytes,
+            "dict_bytes": st.dict_bytes,
+            "dictionaries": st.dictionaries,
+            "put_cpu_ms_per_page": round(put_cpu_s * 1000 / len(pages), 3),
+            "maintain_cpu_mb_per_s": round(st.raw_bytes / 1e6 / maintain_cpu_s, 2),
+        }
+
+    return run
+
+
+def run_sharded(quick: bool) -> dict[str, Any]:
+    """The same pages in one ContentStore and in a ShardedStore (128 shards by domain checksum):
+    what sharding costs in ratio (per-shard global dictionaries and dedupe) and CPU."""
+    from crawlstream.urls import canonicalize, domain_checksum
+
+    out: dict[str, Any] = {}
+    for name, pages in (("real_pages", _pages(quick)), ("synthetic_web", _synthetic_pages())):
+        domains = {canonicalize(url).domain for url, _ in pages}
+        out[name] = {
+            "pages": len(pages),
+            "domains": len(domains),
+            "shards_used": len({domain_checksum(d) for d in domains}),
+            "stream_ratio": _stream_ratio(pages),
+            "one_store": _in_child(_layout_pass(pages, False)),
+            "sharded": _in_child(_layout_pass(pages, True)),
+        }
+    return out
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(run_retrain if "--retrain" in args else run_synthetic if "--synthetic" in args else run)
+    modes = {"--retrain": run_retrain, "--synthetic": run_synthetic, "--sharded": run_sharded}
+    main(next((fn for flag, fn in modes.items() if flag in args), run))

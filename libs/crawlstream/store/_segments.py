@@ -18,11 +18,12 @@ __all__ = ["Segments"]
 
 
 class Segments:
-    def __init__(self, root: Path, config: StoreConfig) -> None:
+    def __init__(self, root: Path, config: StoreConfig, *, read_fds: int = 256) -> None:
         self.directory = root / "segments"
         self.directory.mkdir(parents=True, exist_ok=True)
         self._config = config
-        self.reads = ReadCache()  # descriptors of the reading path (puts' thread and readers)
+        # descriptors of the reading path (puts' thread and readers), at most read_fds open
+        self.reads = ReadCache(max_open=read_fds)
         self.in_flight: set[str] = set()
         self._active: AppendFile | None = None
         self.active_name = ""

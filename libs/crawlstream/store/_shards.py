@@ -60,6 +60,7 @@ LAYOUT_FILE = "LAYOUT"
 _LAYOUT = {"store_layout": "sharded", "shards": SHARDS}
 _LEGACY = 0  # the one shard id of a store written before shards
 _LOCK_RETRY_S = 0.1
+_SHARD_READ_FDS = 32  # segment descriptors each shard keeps open: 4,096 for all 128 (one store: 256)
 _COUNTED = (  # the StoreStats fields that add up across shards
     "urls",
     "bodies",
@@ -202,7 +203,13 @@ class ShardedStore:
         deadline = time.monotonic() + self.lock_wait_s
         while True:
             try:
-                store = ContentStore(root, config=self._shard_config, key_fn=self._key_fn, clock_ms=self._clock_ms)
+                store = ContentStore(
+                    root,
+                    config=self._shard_config,
+                    read_fds=256 if self.legacy else _SHARD_READ_FDS,
+                    key_fn=self._key_fn,
+                    clock_ms=self._clock_ms,
+                )
                 break
             except StoreLocked:
                 if time.monotonic() >= deadline:

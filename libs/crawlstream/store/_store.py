@@ -94,10 +94,12 @@ class ContentStore:
         *,
         config: StoreConfig | None = None,
         index_shards: int = 16,
+        read_fds: int = 256,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        """``config``: the ``store.*`` settings (``StoreConfig()``, their defaults, when None)."""
+        """``config``: the ``store.*`` settings (``StoreConfig()``, their defaults, when None).
+        ``read_fds``: segment descriptors kept open for reads (a sharded store gives each shard a share)."""
         self.config = config if config is not None else StoreConfig()
         self.root = Path(root)
         self.levels = self.config.levels
@@ -109,19 +111,19 @@ class ContentStore:
         self._maint_lock = threading.Lock()
         self._writer_lock = _take_writer_lock(self.root)
         try:
-            self._open(max(1, index_shards))
+            self._open(max(1, index_shards), max(1, read_fds))
         except BaseException:
             os.close(self._writer_lock)
             raise
 
     # ------------------------------------------------------------------ start-up
 
-    def _open(self, index_shards: int) -> None:
+    def _open(self, index_shards: int, read_fds: int) -> None:
         """Build the parts and bring memory up to date with the files (order matters: see each step)."""
         config, lock = self.config, self._lock
         # 1. refuse another layout before touching anything
         check_format(self.root)
-        self._segments = Segments(self.root, config)
+        self._segments = Segments(self.root, config, read_fds=read_fds)
         self.dicts = DictionaryStore(self.root / "dicts", fsync=config.fsyncs)
         self.dicts.preload(config.dict_preload_bytes)
         # 2. read the logs (truncating torn tails) before any of them is opened for appending
