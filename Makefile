@@ -114,7 +114,7 @@ chromium:
 	fi
 
 test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) postgres chromium
-	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-slow: $(STAMP) $(KAFKA_STAMP)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider

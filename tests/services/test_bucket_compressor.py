@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from crawlstream.bus import Message
+from crawlstream.errors import BadDataError
 from crawlstream.events import ContentStored, EventCodec, FetchResult
 from crawlstream.settings import Settings
 from crawlstream.status import read_store_stats
-from crawlstream.store import Location, open_store
-from crawlstream.store.service import build, extract_title
+from crawlstream.store import Location, ShardedStore, open_store
+from crawlstream.store.service import CompressHandler, build, extract_title
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS, dlq_topic
 from crawlstream.urls import canonicalize, domain_checksum, url_key
 from tests.services._support import drain, host_for, read_topic
@@ -295,3 +297,62 @@ def test_the_service_runs_store_maintenance_on_its_own(
         for url, body in bodies.items():
             assert store.get(url) == body
             assert store.entry(url).location.tier == "archive"  # type: ignore[union-attr]
+
+
+def _many_domains(count: int) -> list[FetchResult]:
+    return [
+        fetch_result(f"https://www.site{i}.example/p/{j}", f"<html><title>{i}/{j}</title>{'w' * j}</html>".encode())
+        for i in range(count)
+        for j in range(2)
+    ]
+
+
+def _shards_on_disk(settings: Settings) -> set[int]:
+    return {int(p.name) for p in (settings.data_dir / "store" / "shards").iterdir()}
+
+
+def test_two_members_write_disjoint_shards_and_the_survivor_takes_the_others_over(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Two members of the group split fetch.results: each writes only the shards of its partitions
+    (c mod P == p). When one leaves, the other owns its partitions, opens its shards and writes them."""
+    settings = make_settings()
+    first_half, second_half = _many_domains(24), _many_domains(48)[48:]
+    send_results(settings, first_half)
+    with host_for(settings) as host:
+        a, b = build(host), build(host)  # two consumers of the group, two stores (disjoint shards)
+        for _ in range(60):  # both join, the group splits the partitions, both drain their share
+            a.loop.run_once()
+            b.loop.run_once()
+        owned_a, owned_b = a.loop._handler._store.owned, b.loop._handler._store.owned
+        assert owned_a and owned_b and not owned_a & owned_b and len(owned_a | owned_b) == 128
+        written = _shards_on_disk(settings)
+        expected = {domain_checksum(r.domain) for r in first_half}
+        assert written == expected
+        a.close()  # a leaves; b gets every partition on its next polls
+        out = host.event_producer()
+        for result in second_half:
+            out.send(FETCH_RESULTS, result)
+        out.flush()
+        drain(b.loop)
+        assert b.loop._handler._store.owned == frozenset(range(128))
+        b.close()
+    events = stored_events(settings, len(first_half) + len(second_half))
+    assert {e.url for e in events} == {r.url for r in first_half + second_half}
+    assert all(e.location.shard == domain_checksum(e.domain) for e in events)
+    with open_store(settings) as store:
+        assert len(store) == len(first_half) + len(second_half)
+        assert all(store.get(r.url) for r in first_half + second_half) and store.verify().ok
+
+
+def test_a_result_whose_shard_another_member_owns_is_bad_data_not_written(tmp_path: Path) -> None:
+    """A producer that did not partition by the domain checksum: the member holding that partition
+    does not own the page's shard, so the message is dead-lettered (BadDataError), never written."""
+    result = fetch_result("https://www.misrouted.example/", b"<html>x</html>")
+    mine = (domain_checksum(result.domain) + 1) % 128
+    store = ShardedStore(tmp_path / "store", owned={mine})
+    handler = CompressHandler(store, None, max_body_bytes=1 << 20)  # type: ignore[arg-type]  # sends nothing
+    message = Message(FETCH_RESULTS, mine % 4, 17, result.domain.encode(), b"", ())
+    with store, pytest.raises(BadDataError, match=r"fetch\.results\[\d\]@17 is not in the partition"):
+        handler.handle(result, message)
+    assert not (tmp_path / "store" / "shards").exists()
