@@ -171,3 +171,19 @@ def test_open_store_takes_the_settings(tmp_path: Path) -> None:
         assert store.root == tmp_path / "store" and store.lock_wait_s == 2.5 and store.owned == frozenset()
         # the dictionary preload budget is the whole store's: each shard gets 1/128
         assert store._shard_config.dict_preload_bytes == settings.store.dict_preload_bytes // 128
+
+
+def test_a_member_counts_and_maintains_only_its_own_shards_and_never_opens_another_members(tmp_path: Path) -> None:
+    first, second = DOMAINS[0], next(d for d in DOMAINS if domain_checksum(d) != domain_checksum(DOMAINS[0]))
+    a = ShardedStore(tmp_path / "store", config=CONFIG, owned={domain_checksum(first)}, lock_wait_s=5.0)
+    b = ShardedStore(tmp_path / "store", config=CONFIG, owned={domain_checksum(second)}, lock_wait_s=5.0)
+    with a, b:
+        _fill(a, [first])
+        _fill(b, [second])
+        started = time.monotonic()
+        assert a.stats().urls == 3 and len(a) == 3 and [e.domain for e in a.search()] == [first] * 3
+        while a.maintenance_step(ages_zero=True) is not None:
+            pass
+        assert time.monotonic() - started < 4.0  # b's shard was never waited for
+        assert {e.location.tier for e in b.search()} == {"hot"}  # b's pages are b's to move
+        assert b.stats().urls == 3

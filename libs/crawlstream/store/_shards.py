@@ -228,10 +228,12 @@ class ShardedStore:
                 found.append(int(path.name))
         return found
 
-    def _stores(self, *, owned_only: bool = False) -> Iterator[tuple[int, ContentStore]]:
+    def _stores(self) -> Iterator[tuple[int, ContentStore]]:
+        """The owned shards on disk, opened as they come: every shard for a reader, a member's own
+        for a member (another member's shards are never opened: that would take their locks)."""
         for shard in self._existing():
             with self._lock:
-                if owned_only and shard not in {self._shard_id(c) for c in self._owned}:
+                if shard not in {self._shard_id(c) for c in self._owned}:
                     continue
                 store = self._shard(shard, create=False)
             if store is not None:
@@ -372,9 +374,9 @@ class ShardedStore:
         progress: Callable[[RecompressReport], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> RecompressReport:
-        """``ContentStore.maintain`` on each shard in turn (readers own them all)."""
+        """``ContentStore.maintain`` on each owned shard in turn (readers own them all)."""
         total = RecompressReport(kind="maintain")
-        for _, store in self._stores(owned_only=True):
+        for _, store in self._stores():
             if cancel is not None and cancel.is_set():
                 break
             total.merge(store.maintain(now_ms, ages_zero=ages_zero, compact=compact, progress=progress, cancel=cancel))
@@ -390,7 +392,7 @@ class ShardedStore:
     ) -> RecompressReport | None:
         """One bounded step on the next owned shard that has work (round robin, so every shard
         gets its turn); None when none has. ``release`` of that shard cancels it."""
-        shards = [s for s, _ in self._stores(owned_only=True)]
+        shards = [s for s, _ in self._stores()]
         if not shards:
             return None
         start = self._next_step % len(shards)
@@ -415,7 +417,7 @@ class ShardedStore:
 
     def maintenance_backlog(self, now_ms: int | None = None, *, ages_zero: bool = False) -> dict[str, int]:
         total: dict[str, int] = defaultdict(int)
-        for _, store in self._stores(owned_only=True):
+        for _, store in self._stores():
             for key, value in store.maintenance_backlog(now_ms, ages_zero=ages_zero).items():
                 total[key] += value
         return dict(total)
@@ -424,14 +426,14 @@ class ShardedStore:
         self, older_than_s: float = 0.0, *, tier: str = "cold", now_ms: int | None = None
     ) -> RecompressReport:
         total = RecompressReport(kind="maintain", tier=tier)
-        for _, store in self._stores(owned_only=True):
+        for _, store in self._stores():
             total.merge(store.recompress(older_than_s, tier=tier, now_ms=now_ms))
         return total
 
     # ------------------------------------------------------------------ stats
 
     def stats(self) -> StoreStats:
-        """Every shard's counts added up (dictionary rows name their shard)."""
+        """The owned shards' counts added up (a reader's: the whole store; dictionary rows name their shard)."""
         parts = [(shard, store.stats()) for shard, store in self._stores()]
         total = merge_stats(parts, legacy=self.legacy)
         if not self.legacy:

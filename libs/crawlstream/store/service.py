@@ -53,7 +53,7 @@ from crawlstream.settings import Settings
 from crawlstream.status import save_store_stats
 from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._model import Location
-from crawlstream.store._shards import SHARDS, ShardedStore, open_store
+from crawlstream.store._shards import ALL_CHECKSUMS, SHARDS, ShardedStore, open_store
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 
 GROUP = "crawlstream.bucket-compressor"
@@ -81,8 +81,12 @@ class CompressHandler(EventHandler):
         agent: str = DEFAULT_AGENT_TOKEN,
         obey_directives: bool = True,
         metrics: StoreMetrics | None = None,
+        on_whole_store: Callable[[], None] | None = None,
     ) -> None:
+        """``on_whole_store``: called before a member that owns every shard gives them up (the
+        status page's numbers: only then does one process see the whole store)."""
         self._store = store
+        self._on_whole_store = on_whole_store
         self._partition_count = partition_count
         self._metrics = metrics
         self._out = out
@@ -201,12 +205,17 @@ class CompressHandler(EventHandler):
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         # Every handled batch was synced in end_batch; release syncs and closes the shards, so
         # the next owner can open them (and this member can no longer write them).
-        self._store.release(self._checksums(partitions))
+        self._release(self._checksums(partitions))
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         # Records already written stay valid (puts are idempotent); the shards are closed now.
         self._pending.clear()
-        self._store.release(self._checksums(partitions))
+        self._release(self._checksums(partitions))
+
+    def _release(self, checksums: set[int]) -> None:
+        if self._on_whole_store is not None and self._store.owned == ALL_CHECKSUMS and checksums:
+            self._on_whole_store()
+        self._store.release(checksums)
 
     def _checksums(self, partitions: list[TopicPartition]) -> set[int]:
         """The domain checksums of ``partitions``: c with c mod P == p (P divides 128)."""
@@ -221,6 +230,17 @@ def build(host: Host) -> LoopService:
     store = open_store(settings, owned=())
     out = host.event_producer()
     metrics = per_registry(StoreMetrics, host.registry)
+
+    def save_stats() -> None:
+        """The status page's last known numbers when no process holds the store (ADR 020); only a
+        member that owns every shard sees them all (one member, or the embedded crawl)."""
+        if store.owned != ALL_CHECKSUMS:
+            return
+        try:
+            save_store_stats(settings.data_dir, store.stats())
+        except (OSError, CrawlstreamError) as exc:
+            logger.warning("bucket-compressor: cannot count the store for the status page: %s", exc)
+
     handler = CompressHandler(
         store,
         out,
@@ -229,6 +249,7 @@ def build(host: Host) -> LoopService:
         agent=product_token(settings.fetch.user_agent),
         obey_directives=settings.crawl.obey_robots_directives,
         metrics=metrics,
+        on_whole_store=save_stats,
     )
     loop = host.service_loop("bucket-compressor", GROUP, TOPICS, handler, producers=[out], batch_size=256)
     # Store maintenance (tiering by age, compaction) runs beside the loop on its own thread, one
@@ -240,10 +261,7 @@ def build(host: Host) -> LoopService:
         metrics.watch(None)
         if maintainer is not None:
             maintainer.stop()
-        try:  # the status page's last known numbers when no process holds the store (ADR 020)
-            save_store_stats(settings.data_dir, store.stats())
-        except (OSError, CrawlstreamError) as exc:
-            logger.warning("bucket-compressor: cannot count the store for the status page: %s", exc)
+        save_stats()  # when the consumer's close did not revoke first (the embedded log)
         store.close()
 
     if maintainer is not None:
