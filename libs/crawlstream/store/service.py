@@ -53,7 +53,7 @@ from crawlstream.settings import Settings
 from crawlstream.status import save_store_stats
 from crawlstream.store._maintenance import StoreMaintainer
 from crawlstream.store._model import Location
-from crawlstream.store._shards import SHARDS, ShardedStore, open_store
+from crawlstream.store._shards import ALL_CHECKSUMS, SHARDS, ShardedStore, open_store
 from crawlstream.topics import CONTENT_STORED, FETCH_RESULTS
 
 GROUP = "crawlstream.bucket-compressor"
@@ -240,10 +240,15 @@ def build(host: Host) -> LoopService:
         metrics.watch(None)
         if maintainer is not None:
             maintainer.stop()
-        try:  # the status page's last known numbers when no process holds the store (ADR 020)
-            save_store_stats(settings.data_dir, store.stats())
-        except (OSError, CrawlstreamError) as exc:
-            logger.warning("bucket-compressor: cannot count the store for the status page: %s", exc)
+        # The status page's last known numbers when no process holds the store (ADR 020): only
+        # a member that owns every shard may count the whole store. The other members' shards
+        # are theirs: opening one waits store.shard_lock_wait_s while its owner holds it (two
+        # members closing together each waited on the other's), and a partial count would mislead.
+        if store.owned == ALL_CHECKSUMS:
+            try:
+                save_store_stats(settings.data_dir, store.stats())
+            except (OSError, CrawlstreamError) as exc:
+                logger.warning("bucket-compressor: cannot count the store for the status page: %s", exc)
         store.close()
 
     if maintainer is not None:
