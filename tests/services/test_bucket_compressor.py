@@ -255,6 +255,48 @@ def test_robots_directives_are_not_recorded_when_the_crawl_ignores_them(
     assert all(not e.robots_directives for e in stored_events(settings, 3))
 
 
+def test_two_members_close_at_once_without_opening_each_others_shards(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Two members share fetch.results (issue 25): each writes the shards of its partitions. On
+    close a member must not count the whole store (for the status page) by opening the shards
+    the other holds: that waited store.shard_lock_wait_s on each while the other, closing too,
+    waited on its own, so neither exited in time and neither saved its numbers."""
+    import time
+
+    settings = make_settings(CRAWLSTREAM_STORE_SHARD_LOCK_WAIT_S="10")
+    pages = {f"https://site{i}.example/": f"<html><title>{i}</title>{'words ' * 40}</html>".encode() for i in range(16)}
+    with host_for(settings) as host:
+        members = [build(host), build(host)]
+        try:
+            # the embedded group splits the partitions between the two (a rebalance on each poll)
+            for _ in range(10):
+                assert sum(member.loop.run_once() for member in members) == 0
+            owned = [member.handler._store.owned for member in members]  # type: ignore[attr-defined]
+            assert all(owned) and owned[0].isdisjoint(owned[1])
+            out = host.event_producer()
+            for url, body in pages.items():
+                out.send(FETCH_RESULTS, fetch_result(url, body))
+            out.flush()
+            stored = [0, 0]
+            for _ in range(50):
+                for i, member in enumerate(members):
+                    stored[i] += member.loop.run_once()
+                if sum(stored) == len(pages):
+                    break
+            assert all(stored) and sum(stored) == len(pages), stored
+        finally:
+            started = time.monotonic()
+            for member in members:
+                member.close()
+            assert time.monotonic() - started < 5
+    # neither held the whole store: no whole-store numbers for the status page (a partial count would mislead)
+    assert read_store_stats(settings.data_dir) is None
+    with open_store(settings) as store:
+        for url, body in pages.items():
+            assert store.get(url) == body
+
+
 def test_the_service_runs_store_maintenance_on_its_own(
     make_settings: Callable[..., Settings], html_pages: list[tuple[str, bytes]]
 ) -> None:

@@ -2,7 +2,8 @@
 
 Sizes come from ``ShardedStore.stats()`` of the shards the member owns (members' sizes add up:
 the dashboard sums them), read when Prometheus scrapes, at most once per ``min_interval_s`` (it
-walks the store's index and lists its segments; between reads the last one is served). Write counters are observed by the bucket compressor as it stores pages.
+walks the store's index and lists its segments; between reads the last one is served). Write
+counters are observed by the bucket compressor as it stores pages.
 """
 
 from __future__ import annotations

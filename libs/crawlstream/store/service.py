@@ -81,12 +81,8 @@ class CompressHandler(EventHandler):
         agent: str = DEFAULT_AGENT_TOKEN,
         obey_directives: bool = True,
         metrics: StoreMetrics | None = None,
-        on_whole_store: Callable[[], None] | None = None,
     ) -> None:
-        """``on_whole_store``: called before a member that owns every shard gives them up (the
-        status page's numbers: only then does one process see the whole store)."""
         self._store = store
-        self._on_whole_store = on_whole_store
         self._partition_count = partition_count
         self._metrics = metrics
         self._out = out
@@ -205,17 +201,12 @@ class CompressHandler(EventHandler):
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         # Every handled batch was synced in end_batch; release syncs and closes the shards, so
         # the next owner can open them (and this member can no longer write them).
-        self._release(self._checksums(partitions))
+        self._store.release(self._checksums(partitions))
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         # Records already written stay valid (puts are idempotent); the shards are closed now.
         self._pending.clear()
-        self._release(self._checksums(partitions))
-
-    def _release(self, checksums: set[int]) -> None:
-        if self._on_whole_store is not None and self._store.owned == ALL_CHECKSUMS and checksums:
-            self._on_whole_store()
-        self._store.release(checksums)
+        self._store.release(self._checksums(partitions))
 
     def _checksums(self, partitions: list[TopicPartition]) -> set[int]:
         """The domain checksums of ``partitions``: c with c mod P == p (P divides 128)."""
@@ -232,8 +223,11 @@ def build(host: Host) -> LoopService:
     metrics = per_registry(StoreMetrics, host.registry)
 
     def save_stats() -> None:
-        """The status page's last known numbers when no process holds the store (ADR 020); only a
-        member that owns every shard sees them all (one member, or the embedded crawl)."""
+        """The status page's last known numbers when no process holds the store (ADR 020). Only a
+        member that still owns every shard at close counts them (the embedded crawl): another
+        member's shards are its own (opening one would wait for its lock), and a partial count
+        would mislead. A Kafka member has given its partitions back by then (the consumer's close
+        revokes them): ``crawlstream store stats`` saves the numbers too."""
         if store.owned != ALL_CHECKSUMS:
             return
         try:
@@ -249,7 +243,6 @@ def build(host: Host) -> LoopService:
         agent=product_token(settings.fetch.user_agent),
         obey_directives=settings.crawl.obey_robots_directives,
         metrics=metrics,
-        on_whole_store=save_stats,
     )
     loop = host.service_loop("bucket-compressor", GROUP, TOPICS, handler, producers=[out], batch_size=256)
     # Store maintenance (tiering by age, compaction) runs beside the loop on its own thread, one
