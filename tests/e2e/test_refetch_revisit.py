@@ -26,6 +26,7 @@ from crawlstream.runtime import open_host
 from crawlstream.settings import Settings
 from crawlstream.store import ContentStore, open_store
 from crawlstream.topics import CONTENT_STORED
+from crawlstream.urls import canonicalize, domain_checksum
 
 SERVICES = ("deduper", "scheduler", "fetcher", "link-extractor", "bucket-compressor")
 REVISIT_AFTER_S = 6.0  # run 1 must end within it (else it revisits its own first pages)
@@ -55,7 +56,8 @@ def test_refetch_of_a_quarantined_page_makes_one_request_and_stores_the_newer_bo
         with open_store(settings) as store:
             old_body = store.get(victim)
             loc = store.entry(victim).location  # type: ignore[union-attr]
-        segment = data_dir / "store" / "segments" / loc.segment
+        shard = f"{domain_checksum(canonicalize(victim).domain):03d}"
+        segment = data_dir / "store" / "shards" / shard / "segments" / loc.segment
         data = bytearray(segment.read_bytes())
         data[loc.offset + loc.length - 8] ^= 0x5A  # damage the stored frame
         segment.write_bytes(bytes(data))

@@ -31,6 +31,7 @@ __all__ = ["SETTINGS_SECTIONS", "register", "run"]
 logger = logging.getLogger(__name__)
 
 _PROGRESS_INTERVAL_S = 1.0
+BATCH_SIZE = 5000  # events per poll of the replay loop
 
 
 # The settings sections `--help` lists (crawlstream.cli._help): those this command reads.
@@ -124,7 +125,7 @@ def _replay(host: Any, into: Path, state: Any, resumed: bool, should_stop: Any, 
     staging = StagingLog(into / "parquet-sink" / "staging" / "replay")
     handler = SinkHandler.from_settings(target, staging, skip_in_lake=False)
     handler.recover()  # rows an interrupted run had staged but not published
-    loop = host.service_loop("replay", state.group, topics, handler, consumer=consumer, batch_size=5000)
+    loop = host.service_loop("replay", state.group, topics, handler, consumer=consumer, batch_size=BATCH_SIZE)
     interrupted = False
     last_report = 0.0
     try:
