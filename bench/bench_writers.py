@@ -655,7 +655,7 @@ def _service(
 def run(quick: bool) -> dict[str, Any]:
     # 1, 2, 2, 1: a load that drifts during the run weighs on both member counts alike
     order = (1, 2) if quick else (1, 2, 2, 1)
-    fetch_count, stored_count = (1_200, 30_000) if quick else (8_000, 200_000)
+    fetch_count, stored_count = (1_200, 30_000) if quick else (16_000, 200_000)
     timeout_s = 120.0 if quick else 240.0
     pages = load_pages()
     results: dict[str, Any] = {
