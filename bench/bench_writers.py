@@ -18,8 +18,12 @@ its ``Producer`` records instead of sending):
   location, status), as the bucket compressor emits them; ``urls.records`` stays empty.
 
 Each run starts ``members`` real ``crawlstream service <name>`` OS processes together on a fresh
-data directory and waits until the broker describes the consumer group as stable with all of
-them, together owning every partition of the service's topics, and caught up (lag 0). Only then
+data directory, each in a session of its own as separate pods or containers would be (with
+``kernel.sched_autogroup_enabled`` Linux shares the CPU between sessions first: members in one
+session would share that session's slice of a machine other sessions load, whatever their
+number; ``sched_autogroup_enabled`` is recorded), and waits until the broker describes the
+consumer group as stable with all of them, together owning every partition of the service's
+topics, and caught up (lag 0). Only then
 does the bench produce the whole batch, pre-encoded, in one burst (``produce_s``), so the topic is
 busy, and it samples the group's committed offsets every ``SAMPLE_S`` until they reach the topic's
 end offsets again. Timed window: from the burst flushed (the whole batch on the topic) to lag 0;
@@ -69,6 +73,7 @@ import itertools
 import os
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,8 +90,8 @@ import zstandard
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bench._harness import main, shared_data
-from bench.bench_crawl_kafka import ServiceProcess, start_services, wait_until
+from bench._harness import REPO, main, shared_data
+from bench.bench_crawl_kafka import ServiceProcess, wait_until
 from crawlstream.bus import KafkaBus, Producer, TopicPartition
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import ContentLocation, ContentStored, Event, EventCodec, EventProducer, FetchResult
@@ -116,6 +121,12 @@ SINK_FLUSH_ROWS = 1_000_000
 SINK_FLUSH_INTERVAL_S = 3600.0
 PAGES_PER_DOMAIN = 8  # a site's pages beyond this go to further domains in each round (booksamillion.com has 260)
 _INHERITED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
+# A member dies with the benchmark (PR_SET_PDEATHSIG), then runs the crawlstream CLI (as bench_crawl_kafka's).
+_CLI = (
+    "import ctypes, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
+    "from crawlstream.cli import main; sys.exit(main())"
+)
+_AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 # service -> (consumer group, topics it consumes, the topic this bench fills)
 SERVICES = {
     "bucket-compressor": (bucket_compressor.GROUP, bucket_compressor.TOPICS, FETCH_RESULTS),
@@ -458,6 +469,25 @@ def _stop(processes: Sequence[ServiceProcess]) -> dict[str, int]:
     return exits
 
 
+def start_members(service: str, members: int, env: Mapping[str, str], log_dir: Path) -> list[ServiceProcess]:
+    """``members`` processes of ``crawlstream service <service>``, each in a session of its own."""
+    started = []
+    for i in range(members):
+        log = log_dir / f"{service}-{i}.log"
+        with log.open("wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _CLI, "service", service],
+                env=dict(env),
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        started.append(ServiceProcess(service, log, process, psutil.Process(process.pid)))
+    return started
+
+
 def _outputs(service: str) -> list[str]:
     """Topics whose growth a run reports: the input's dead letters, the compressor's events out."""
     _, _, input_topic = SERVICES[service]
@@ -481,7 +511,7 @@ def measure(
     log_dir = Path(env["CRAWLSTREAM_DATA_DIR"]) / "logs"
     log_dir.mkdir(parents=True)
     started = time.perf_counter()
-    processes = start_services({service: members}, env, log_dir)
+    processes = start_members(service, members, env, log_dir)
     samples: list[Sample] = []
 
     def sample(committed: int | None = None) -> Sample:
@@ -676,6 +706,7 @@ def run(quick: bool) -> dict[str, Any]:
             "content_stored": stored_count,
             "sink_publishes": "at stop only (in stop_s)",
             "cpus": os.cpu_count(),
+            "sched_autogroup_enabled": _AUTOGROUP.read_text().strip() if _AUTOGROUP.exists() else None,
             "loadavg_1_5_15_before": [round(x, 2) for x in os.getloadavg()],
             "window": "members started and the group stable with all of them and caught up, then the batch "
             "produced in one burst; window = burst flushed (the whole batch on the topic) to lag 0 (committed = "
