@@ -40,12 +40,14 @@ during the run weighs on both alike; ``members_1`` and ``members_2`` are the mea
 
 CPU is user+sys per process with psutil over the window: each member, the broker JVM and this
 bench process (sampling; the burst is before the window: ``produce_cpu_s``,
-``broker_cpu_s_during_burst``); ``machine_busy_cores`` is the whole machine's
-non-idle CPU over the window (/proc/stat through psutil, other users of the machine included),
-``other_processes_cores`` the part of it that none of those used. ``member_cpu_us_per_event``
-staying flat from 1 to 2 members shows that the service itself scales. ``cpu_ceiling_events_per_s``
-is what the run's CPU cost per event allows on this machine with nobody else on it (each member
-one Python process, at most one core; members, broker and bench sharing ``cpus`` cores), and
+``broker_cpu_s_during_burst``); ``machine_busy_cores`` is the whole machine's non-idle CPU over the
+window (/proc/stat through psutil, other users of the machine included), ``other_processes_cores``
+the part of it that none of those used; ``members_runqueue_wait_cores`` the time the members'
+threads were runnable but waited for a CPU (schedstat run_delay), per second of window: CPU they
+wanted and the machine did not give. ``member_cpu_us_per_event`` staying flat from 1 to 2 members
+shows that the service itself scales. ``cpu_ceiling_events_per_s`` is what the run's CPU cost per
+event allows on this machine with nobody else on it (each member one Python process, at most one
+core; members, broker and bench sharing ``cpus`` cores), and
 ``balance_bound`` what the broker's split of the partitions allows (total work / the busiest
 member's; work = body bytes for the compressor, events for the sink).
 
@@ -337,11 +339,29 @@ def _machine_cpu() -> tuple[float, float]:
     return sum(t) - t.idle - iowait, iowait
 
 
+def _run_delay_s(pid: int) -> float:
+    """Seconds the threads of ``pid`` spent runnable but waiting for a CPU (schedstat's run_delay)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that just ended
+            continue
+    return total / 1e9
+
+
 @dataclass
 class Sample:
     t: float
     committed: int
     members_cpu: list[float]
+    members_wait: float  # run_delay of every member thread
+    broker_wait: float
     broker_cpu: float
     self_cpu: float
     machine: tuple[float, float]
@@ -448,6 +468,9 @@ def _window(
         "broker_cpu_us_per_event": per_event_us(broker_cpu),
         "bench_cpu_s": round(self_cpu, 2),
         "cores_busy_members_broker_bench": cores(ours),
+        # runnable, waiting for a CPU: the CPU a busy machine did not give them (Linux schedstat)
+        "members_runqueue_wait_cores": cores(end.members_wait - start.members_wait),
+        "broker_runqueue_wait_cores": cores(end.broker_wait - start.broker_wait),
         "machine_busy_cores": cores(busy),
         "machine_iowait_cores": cores(iowait),
         "other_processes_cores": cores(busy - ours),
@@ -519,6 +542,8 @@ def measure(
             t=time.perf_counter(),
             committed=probe.committed() if committed is None else committed,
             members_cpu=[p.cpu_s() for p in processes],
+            members_wait=sum(_run_delay_s(p.process.pid) for p in processes),
+            broker_wait=_run_delay_s(broker.pid),
             broker_cpu=_cpu_s(broker),
             self_cpu=_self_cpu_s(),
             machine=_machine_cpu(),
@@ -623,6 +648,7 @@ _AVERAGED = (
     "cores_busy_members_broker_bench",
     "machine_busy_cores",
     "other_processes_cores",
+    "members_runqueue_wait_cores",
     "balance_bound",
     "cpu_ceiling_events_per_s",
 )
@@ -684,6 +710,7 @@ def _service(
                 two["machine_busy_cores"] and two["machine_busy_cores"] >= 0.9 * (os.cpu_count() or 1)
             ),
             "cores_used_by_other_processes_with_2_members": two["other_processes_cores"],
+            "members_runqueue_wait_cores_1_2": [one["members_runqueue_wait_cores"], two["members_runqueue_wait_cores"]],
             "cpu_ceiling_ratio": _ratio(two["cpu_ceiling_events_per_s"], one["cpu_ceiling_events_per_s"]),
             "balance_bound_2_members": two["balance_bound"],
         },
