@@ -187,3 +187,27 @@ def test_a_member_counts_and_maintains_only_its_own_shards_and_never_opens_anoth
         assert time.monotonic() - started < 4.0  # b's shard was never waited for
         assert {e.location.tier for e in b.search()} == {"hot"}  # b's pages are b's to move
         assert b.stats().urls == 3
+
+
+def test_sync_fsyncs_only_the_shards_written_since_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    real_sync = ContentStore.sync
+
+    def counting_sync(self: ContentStore) -> None:
+        synced.append(self.root)
+        real_sync(self)
+
+    monkeypatch.setattr(ContentStore, "sync", counting_sync)
+    with ShardedStore(tmp_path / "store", config=CONFIG) as store:
+        _fill(store, DOMAINS[:6], pages=1)
+        store.sync()
+        assert sorted(p.name for p in synced) == sorted({f"{domain_checksum(d):03d}" for d in DOMAINS[:6]})
+        synced.clear()
+        store.put(_url(DOMAINS[2], 9), _body(DOMAINS[2], 9))
+        store.sync()
+        assert [p.name for p in synced] == [f"{domain_checksum(DOMAINS[2]):03d}"]
+        synced.clear()
+        store.sync()  # nothing written since
+        assert synced == []

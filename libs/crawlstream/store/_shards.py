@@ -120,6 +120,7 @@ class ShardedStore:
         self._clock_ms = clock_ms
         self._lock = threading.RLock()  # guards _open and _owned (opening a shard happens under it)
         self._open: dict[int, ContentStore] = {}
+        self._dirty: set[int] = set()  # shards written since the last sync: the only ones it fsyncs
         self._owned: set[int] = set()
         self._closed = False
         # one maintenance step at a time; ``release`` cancels the step on a shard it closes
@@ -157,6 +158,7 @@ class ShardedStore:
             self._step_cancel.set()
         with self._step_lock, self._lock:
             for shard in closing:
+                self._dirty.discard(shard)  # close syncs it
                 store = self._open.pop(shard, None)
                 if store is not None:
                     store.close()
@@ -182,8 +184,10 @@ class ShardedStore:
                     f"process does not own (it owns {len(self._owned)} of {SHARDS}): the member holding partition "
                     f"{checksum} mod P of fetch.results writes it"
                 )
-            store = self._shard(self._shard_id(checksum), create=True)
+            shard = self._shard_id(checksum)
+            store = self._shard(shard, create=True)
             assert store is not None
+            self._dirty.add(shard)
             return store
 
     def _readable(self, domain: str) -> ContentStore | None:
@@ -255,8 +259,11 @@ class ShardedStore:
         self._writable(describe_url(url, self._key_fn).domain).untag(url, *tags)
 
     def sync(self) -> None:
+        """fsync the shards written since the last sync (an idle shard's fsyncs cost ~0.1 ms each:
+        13 ms a batch with 128 open)."""
         with self._lock:
-            stores = list(self._open.values())
+            stores = [self._open[s] for s in self._dirty if s in self._open]
+            self._dirty.clear()
         for store in stores:
             store.sync()
 
