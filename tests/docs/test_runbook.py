@@ -30,8 +30,9 @@ from crawlstream.devtools.demoweb import DemoWeb
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.devtools.localproc import free_port
 from crawlstream.index import IndexReader
-from crawlstream.store import ContentStore, Entry
+from crawlstream.store import Entry, ShardedStore
 from crawlstream.topics import ALL_TOPICS, dlq_topic
+from crawlstream.urls import domain_checksum
 from tests.e2e.e2e_support import crawl_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,7 +180,8 @@ class _Recovery:
 
 
 def _damage(data_dir: Path, entry: Entry) -> None:
-    segment = data_dir / "store" / "segments" / entry.location.segment
+    shard = data_dir / "store" / "shards" / f"{domain_checksum(entry.domain):03d}"
+    segment = shard / "segments" / entry.location.segment
     data = bytearray(segment.read_bytes())
     data[entry.location.offset + entry.location.length - 10] ^= 0x55
     segment.write_bytes(bytes(data))
@@ -189,7 +191,7 @@ def _damage(data_dir: Path, entry: Entry) -> None:
 def recovery(crawled: tuple[Path, dict[str, str]], web: DemoWeb, tmp_path_factory: pytest.TempPathFactory) -> _Recovery:
     """Two stored pages damaged, then the runbook's recovery block run once."""
     data_dir, env = crawled
-    with ContentStore(data_dir / "store") as store:
+    with ShardedStore(data_dir / "store") as store:
         entries = [e for d in sorted({e.domain for e in store.search(path_prefix="")}) for e in store.search(d)]
         # Pages alone in their record (no other URL shares the body), so exactly they are damaged.
         alone = [e for e in entries if sum(o.location == e.location for o in entries) == 1]
@@ -221,7 +223,7 @@ def test_runbook_recovery_finds_the_damaged_pages_and_fetches_each_again_once(re
 @pytest.mark.slow
 def test_runbook_recovery_serves_the_new_body_of_a_page_that_changed(recovery: _Recovery) -> None:
     url, damaged = recovery.changed
-    with ContentStore(recovery.data_dir / "store") as store:
+    with ShardedStore(recovery.data_dir / "store") as store:
         body = store.get(url)
         assert body != damaged and body.startswith(damaged[:15])  # a newer revision of the same page
         assert url not in store.stats().quarantined_urls
@@ -230,7 +232,7 @@ def test_runbook_recovery_serves_the_new_body_of_a_page_that_changed(recovery: _
 @pytest.mark.slow
 def test_runbook_recovery_repairs_a_page_whose_body_did_not_change(recovery: _Recovery) -> None:
     url, body = recovery.unchanged
-    with ContentStore(recovery.data_dir / "store") as store:
+    with ShardedStore(recovery.data_dir / "store") as store:
         assert store.get(url) == body
 
 
