@@ -17,8 +17,10 @@ from crawlstream.runtime import open_host
 
 PER_IP_DELAY_S = 0.12
 # Arrival times are read by the server after the request crossed loopback and an event loop;
-# a request sent on its turn can arrive a little late, the next one on time.
-JITTER_S = 0.02
+# a request sent on its turn can arrive a little late, the next one on time (40 ms seen once in a
+# full suite on 2 loaded cores). Without the per-IP gate the four domains' requests interleave
+# with gaps near 0, so this still tells the gate's spacing apart.
+JITTER_S = 0.05
 
 
 def test_hosts_on_one_address_share_one_spacing_budget(tmp_path: Path) -> None:
