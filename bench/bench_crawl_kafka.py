@@ -115,7 +115,8 @@ class ServiceProcess:
     terminated: bool = False
 
     @classmethod
-    def start(cls, name: str, env: Mapping[str, str], log: Path) -> ServiceProcess:
+    def start(cls, name: str, env: Mapping[str, str], log: Path, *, new_session: bool = False) -> ServiceProcess:
+        """``new_session``: its own session (Linux autogroup: the CPU is shared between sessions)."""
         with log.open("wb") as err:
             process = subprocess.Popen(
                 [sys.executable, "-c", _CLI, "service", name],
@@ -124,6 +125,7 @@ class ServiceProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
+                start_new_session=new_session,
             )
         return cls(name, log, process, psutil.Process(process.pid))
 

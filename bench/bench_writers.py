@@ -75,7 +75,6 @@ import itertools
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -92,7 +91,7 @@ import zstandard
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bench._harness import REPO, main, shared_data
+from bench._harness import main, shared_data
 from bench.bench_crawl_kafka import ServiceProcess, wait_until
 from crawlstream.bus import KafkaBus, Producer, TopicPartition
 from crawlstream.devtools.localkafka import LocalKafka
@@ -123,11 +122,6 @@ SINK_FLUSH_ROWS = 1_000_000
 SINK_FLUSH_INTERVAL_S = 3600.0
 PAGES_PER_DOMAIN = 8  # a site's pages beyond this go to further domains in each round (booksamillion.com has 260)
 _INHERITED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
-# A member dies with the benchmark (PR_SET_PDEATHSIG), then runs the crawlstream CLI (as bench_crawl_kafka's).
-_CLI = (
-    "import ctypes, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
-    "from crawlstream.cli import main; sys.exit(main())"
-)
 _AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 # service -> (consumer group, topics it consumes, the topic this bench fills)
 SERVICES = {
@@ -496,18 +490,7 @@ def start_members(service: str, members: int, env: Mapping[str, str], log_dir: P
     """``members`` processes of ``crawlstream service <service>``, each in a session of its own."""
     started = []
     for i in range(members):
-        log = log_dir / f"{service}-{i}.log"
-        with log.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-c", _CLI, "service", service],
-                env=dict(env),
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=True,
-            )
-        started.append(ServiceProcess(service, log, process, psutil.Process(process.pid)))
+        started.append(ServiceProcess.start(service, env, log_dir / f"{service}-{i}.log", new_session=True))
     return started
 
 
