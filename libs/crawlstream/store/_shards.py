@@ -150,8 +150,7 @@ class ShardedStore:
         writes for them are refused from now on. A maintenance step on one of them is cancelled."""
         with self._lock:
             self._owned -= set(checksums)
-            keep = {self._shard_id(c) for c in self._owned}
-            closing = [s for s in self._open if s not in keep]
+            closing = [s for s in self._open if not self._owns_shard(s)]
         if not closing:
             return
         if self._step_shard in closing:
@@ -171,6 +170,10 @@ class ShardedStore:
 
     def _shard_id(self, checksum: int) -> int:
         return _LEGACY if self.legacy else checksum
+
+    def _owns_shard(self, shard: int) -> bool:
+        """Whether any owned checksum lives in ``shard`` (the one root of a legacy store: any at all)."""
+        return bool(self._owned) if self.legacy else shard in self._owned
 
     def _shard_root(self, shard: int) -> Path:
         return self.root if self.legacy else self.root / shard_dir_name(shard)
@@ -237,7 +240,7 @@ class ShardedStore:
         for a member (another member's shards are never opened: that would take their locks)."""
         for shard in self._existing():
             with self._lock:
-                if shard not in {self._shard_id(c) for c in self._owned}:
+                if not self._owns_shard(shard):
                     continue
                 store = self._shard(shard, create=False)
             if store is not None:
