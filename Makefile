@@ -8,10 +8,10 @@ DATA_DIR ?= ./data
 # Test processes for `make test` (pytest-xdist, one test file per worker at a time).
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-slow bench lint venv kafka schema-registry deploy-tools postgres chromium clean help
+.PHONY: run test test-slow bench lint venv kafka schema-registry deploy-tools s3 postgres chromium clean help
 
 help:
-	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | deploy-tools | postgres | chromium | clean"
+	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | deploy-tools | s3 | postgres | chromium | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -85,6 +85,17 @@ $(COMPOSE_SCHEMA):
 
 deploy-tools: $(KUSTOMIZE) $(COMPOSE_SCHEMA)
 
+# A real S3-compatible server for tests, benchmarks and `crawlstream local-s3`: versitygw
+# (Apache-2.0) built from its Go module into the git-ignored .cache (~2 min with a cold module
+# cache, ~45 s warm); its posix backend keeps objects in a plain directory. ADR 029.
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := .cache/versitygw/$(VERSITYGW_VERSION)/versitygw
+$(VERSITYGW):
+	@test -x "$(GO)" || { echo "go not found: versitygw is built from its Go module (apt-get install golang-go, or set GO=...)"; exit 1; }
+	GOBIN=$(CURDIR)/$(dir $(VERSITYGW)) GOFLAGS=-mod=mod $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+s3: $(VERSITYGW)
+
 # The main job: crawl the embedded synthetic web, build the index, print where to query it.
 run: $(STAMP)
 	$(BIN)/crawlstream demo --data-dir $(DATA_DIR)
@@ -113,13 +124,13 @@ chromium:
 	  echo "chromium not found: run 'make chromium' as root, or apt-get install chromium"; exit 1; \
 	fi
 
-test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) postgres chromium
+test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) $(VERSITYGW) postgres chromium
 	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
-test-slow: $(STAMP) $(KAFKA_STAMP)
+test-slow: $(STAMP) $(KAFKA_STAMP) $(VERSITYGW)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
 
-bench: $(STAMP) $(KAFKA_STAMP) postgres
+bench: $(STAMP) $(KAFKA_STAMP) $(VERSITYGW) postgres
 	$(BIN)/python -m bench
 
 lint: $(STAMP)

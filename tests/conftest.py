@@ -1,9 +1,10 @@
-"""Fixtures shared by every test: the third-party data in ../shared/data, a real Redis and a
-real Kafka broker."""
+"""Fixtures shared by every test: the third-party data in ../shared/data, a real Redis, a real
+Kafka broker and a real S3 server."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from crawlstream.devtools.localkafka import LocalKafka
+from crawlstream.devtools.locals3 import LocalS3
 from crawlstream.redisconn import open_redis
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,3 +66,31 @@ def embedded_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CRAWLSTREAM_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("CRAWLSTREAM_BUS_FSYNC", "never")
     return tmp_path / "data"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[LocalS3]:
+    """One real S3 server (versitygw, posix backend) on loopback for the whole session, bucket
+    ``crawlstream``. Tests use fresh key prefixes (``s3_prefix``)."""
+    with LocalS3(buckets=("crawlstream",)) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_prefix(s3_server: LocalS3, request: pytest.FixtureRequest) -> str:
+    """A fresh ``s3://crawlstream/<test>-<n>`` location on the session's S3 server."""
+    global _s3_prefixes
+    _s3_prefixes += 1
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:60]
+    return f"s3://crawlstream/t{os.getpid()}-{_s3_prefixes}-{name}"
+
+
+@pytest.fixture
+def s3_env(s3_server: LocalS3, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The S3 server's endpoint and credentials in this process's environment (CLI calls read it)."""
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    return dict(s3_server.env)
+
+
+_s3_prefixes = 0

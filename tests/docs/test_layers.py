@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 LIBS = REPO / "libs" / "crawlstream"
 SERVICES = REPO / "services"
 # The CLI's dev commands: each loads a dev tool inside its command function, never at import.
-DEV_COMMANDS = frozenset({"cli/_demo.py", "cli/_demo_web.py", "cli/_local_kafka.py"})
+DEV_COMMANDS = frozenset({"cli/_demo.py", "cli/_demo_web.py", "cli/_local_kafka.py", "cli/_local_s3.py"})
 
 
 def _imports(path: Path) -> Iterator[tuple[str, bool]]:

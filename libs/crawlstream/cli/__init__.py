@@ -44,6 +44,7 @@ _COMMANDS = (
     "_demo",
     "_demo_web",
     "_local_kafka",
+    "_local_s3",
     "_topics",
     "_replay",
     "_migrate",

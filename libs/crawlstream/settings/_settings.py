@@ -31,6 +31,19 @@ def _share(value: float) -> str | None:
     return None if 0 <= value < 1 else "a share in [0, 1) (0: off)"
 
 
+def _location(value: str) -> str | None:
+    if not value:
+        return None
+    from crawlstream.errors import ConfigError
+    from crawlstream.objectstore import parse_location
+
+    try:
+        parse_location(value)
+    except ConfigError as exc:
+        return f"a local path or s3://bucket/prefix ({exc})"
+    return None
+
+
 @dataclass(frozen=True)
 class BusSettings:
     """The event bus: Kafka when KAFKA_BOOTSTRAP_SERVERS is set, else the embedded log."""
@@ -270,6 +283,13 @@ class StoreSettings:
     archive_after_s: float = setting(
         90 * 86400.0, "age after which records move to the archive tier", check=non_negative
     )
+    archive_uri: str = setting(
+        "",
+        "where the archive tier's segments live: s3://bucket/prefix uploads each one as an object (a page "
+        "read is one ranged GET; hot, warm and cold stay local), a directory keeps them there; empty = "
+        "inside the store",
+        check=_location,
+    )
     maintenance_interval_s: float = setting(
         60.0,
         "seconds between two bounded maintenance steps (tiering by age, then compaction) run by the bucket "
@@ -319,9 +339,49 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class S3Settings:
+    """S3-compatible object storage for the lake, the index and the store's archive tier (ADR 029).
+
+    Used only by locations given as ``s3://bucket/prefix``. Credentials: these settings when set,
+    else the AWS SDK's own chain (``~/.aws`` profile ``AWS_PROFILE``, instance metadata)."""
+
+    endpoint: str = setting(
+        "",
+        "S3 endpoint URL (http://127.0.0.1:7070 for `crawlstream local-s3`, https://... for a provider); "
+        "empty = AWS S3 itself for the region",
+        env="CRAWLSTREAM_S3_ENDPOINT",
+    )
+    region: str = setting("us-east-1", "S3 region (signing; AWS: where the bucket is)", env="AWS_REGION")
+    path_style: bool = setting(
+        True, "address buckets as endpoint/bucket/key (S3-compatible servers) rather than bucket.endpoint/key"
+    )
+    access_key_id: str | None = setting(None, "S3 access key id", env="AWS_ACCESS_KEY_ID", secret=True)
+    secret_access_key: str | None = setting(
+        None, "S3 secret access key", env="AWS_SECRET_ACCESS_KEY", secret=True
+    )
+    session_token: str | None = setting(
+        None, "S3 session token (temporary credentials)", env="AWS_SESSION_TOKEN", secret=True
+    )
+    connect_timeout_s: float = setting(1.0, "longest wait to connect to the S3 endpoint", check=positive)
+    request_timeout_s: float = setting(5.0, "longest wait for one S3 request's answer", check=positive)
+    deadline_s: float = setting(
+        10.0,
+        "retries of a failed S3 request (exponential back-off from 50 ms) stop after this long: the caller "
+        "then fails (the API answers 503) instead of hanging",
+        check=positive,
+    )
+
+
+@dataclass(frozen=True)
 class LakeSettings:
     """The Parquet lake (docs/decisions/004-lake-row-groups.md)."""
 
+    uri: str = setting(
+        "",
+        "where the lake lives (urls/dataset_id=.../*.parquet): a local directory or s3://bucket/prefix; "
+        "empty = the data dir",
+        check=_location,
+    )
     row_group_rows: int = setting(
         16 * 1024,
         "rows per Parquet row group in the lake: smaller = faster page reads, more footer bytes",
@@ -361,6 +421,12 @@ class LakeSettings:
 class IndexSettings:
     """The index versions (docs/decisions/003-domain-dictionary.md)."""
 
+    uri: str = setting(
+        "",
+        "where the index versions and their manifest live (index/...): a local directory or s3://bucket/prefix; "
+        "empty = the lake's location",
+        check=_location,
+    )
     keep_versions: int = setting(3, "index versions kept by garbage collection", check=positive)
     postings_shards: int = setting(
         64,
@@ -547,4 +613,5 @@ class Settings:
     index: IndexSettings = field(default_factory=IndexSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    s3: S3Settings = field(default_factory=S3Settings)
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
