@@ -40,6 +40,9 @@ def host(tmp_path: Path) -> Iterator[Host]:
         "CRAWLSTREAM_BUS_PARTITIONS": "1",
         "CRAWLSTREAM_BUS_FSYNC": "never",
         "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
+        # these tests hand the handler several requests of one domain at once (the scheduler never
+        # does): no spacing floor, so they overlap (test_domain_spacing.py tests the floor)
+        "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": "0",
     }
     with open_host(load(env)) as opened:
         yield opened

@@ -44,6 +44,7 @@ from crawlstream.fetch._outcome import (
     response_head,
 )
 from crawlstream.fetch._slots import KeyedSlots
+from crawlstream.fetch._spacing import DomainSpacing
 from crawlstream.robots import (
     MAX_ROBOTS_BYTES,
     MAX_ROBOTS_REDIRECTS,
@@ -174,6 +175,8 @@ class Fetcher:
     * ``ip_gate``: per-IP politeness (``fetch.per_ip_delay_s``): every GET claims the address
       it connects to right before it is sent; a fetch waits for its address to be free before
       it takes a connection slot (ADR 016).
+    * ``domain_spacing_s``: the floor between two page requests of one domain this process keeps
+      itself (``_spacing``: a replayed or delayed request cannot come too soon); 0 = off.
     """
 
     def __init__(
@@ -187,6 +190,7 @@ class Fetcher:
         dns_resolver: AbstractResolver | None = None,
         imported_robots: Callable[[str], ImportedRobotsTxt | None] | None = None,
         ip_gate: IpGate | None = None,
+        domain_spacing_s: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = c = config if config is not None else FetchSettings()
@@ -205,6 +209,8 @@ class Fetcher:
         self._clock = clock
         self.robots = RobotsCache(ttl_s=c.robots_cache_s)
         self._robots_turn = KeyedSlots(1)  # one robots.txt fetch per origin, however many pages wait
+        self.spacing = DomainSpacing(domain_spacing_s, cap_s=c.timeout_s)
+        self._domain_turns = KeyedSlots(1)
         self._session: aiohttp.ClientSession | None = None
         self._resolver: GuardedResolver | None = None
         self._semaphore: asyncio.Semaphore | None = None
@@ -223,7 +229,9 @@ class Fetcher:
         ip_gate: IpGate | None = None,
     ) -> Fetcher:
         """A fetcher as configured; a resolver map (given, or from ``fetch.resolve_map_file``)
-        is exclusive: hosts outside it fail as dns_error, so a demo crawl never leaks out."""
+        is exclusive: hosts outside it fail as dns_error, so a demo crawl never leaks out. The
+        domain spacing floor is ``scheduler.min_delay_s`` when one request per domain is in
+        flight at a time (the default), else off."""
         f = settings.fetch
         if resolve_map is None and f.resolve_map_file is not None:
             resolve_map = load_resolve_map(f.resolve_map_file)
@@ -240,6 +248,8 @@ class Fetcher:
             resolve_map_only=resolve_map is not None,
             imported_robots=imported_robots,
             ip_gate=ip_gate,
+            domain_spacing_s=(settings.scheduler.min_delay_s
+                              if settings.scheduler.max_in_flight_per_domain == 1 else 0.0),
         )
 
     # -- lifecycle -----------------------------------------------------------------
@@ -296,8 +306,12 @@ class Fetcher:
         if_none_match: str | None = None,
         if_modified_since: str | None = None,
         previous_content_hash: str | None = None,
+        domain: str | None = None,
     ) -> FetchOutcome:
         """Fetch ``url`` once. Never raises for network or server behaviour.
+
+        ``domain``: the URL's registered domain, whose spacing floor the page request keeps
+        (``_spacing``); None (tools fetching one URL) keeps none.
 
         ``if_none_match`` / ``if_modified_since``: the previous response's ETag and
         Last-Modified, sent as conditional headers (a 304 answers ``not_modified``);
@@ -346,10 +360,28 @@ class Fetcher:
                     conditional["If-None-Match"] = if_none_match
                 if if_modified_since:
                     conditional["If-Modified-Since"] = if_modified_since
-                raw = await self._aget(session, url, self.config.max_body_bytes, conditional)
+                async with self._domain_turn(url, domain, crawl_delay_s):
+                    raw = await self._aget(session, url, self.config.max_body_bytes, conditional)
             except _Failure as exc:
                 return done(exc.outcome, error=str(exc), robots_sitemaps=sitemaps)
         return self._classify(raw, done, crawl_delay_s, sitemaps, previous_content_hash)
+
+    @contextlib.asynccontextmanager
+    async def _domain_turn(self, url: str, domain: str | None, crawl_delay_s: float | None) -> AsyncIterator[None]:
+        """The domain spacing floor (``_spacing``) around one page request: the domain's fetches
+        take turns, each waiting out the delay since the previous one ended."""
+        if domain is None or not self.spacing.enabled:
+            yield
+            return
+        async with self._domain_turns.hold(domain):
+            wait = self.spacing.wait_s(domain)
+            if wait > 0:
+                logger.debug("fetch of %s held %.0f ms: inside its domain's spacing", url, wait * 1000)
+                await asyncio.sleep(wait)
+            try:
+                yield
+            finally:
+                self.spacing.ended(domain, crawl_delay_s)
 
     @contextlib.asynccontextmanager
     async def _ip_turns(self, url: str) -> AsyncIterator[None]:

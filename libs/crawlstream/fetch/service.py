@@ -173,6 +173,7 @@ class FetchHandler(EventHandler):
             if_none_match=request.if_none_match,
             if_modified_since=request.if_modified_since,
             previous_content_hash=request.previous_content_hash,
+            domain=request.domain,
         )
         future = asyncio.run_coroutine_threadsafe(fetch, self._aio)
         started.future = future
