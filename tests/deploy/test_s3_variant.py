@@ -6,10 +6,12 @@ versitygw binary `make s3` builds, against which the services' environment reads
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -282,7 +284,7 @@ def test_the_readme_s3_steps_are_commands_that_parse() -> None:
     for line in lines:
         for command in re.split(r";|&(?!\S)", line):
             words = shlex.split(command)
-            if not words or words[0] in ("sleep", "export", "make"):
+            if not words or words[0] in ("until", "do", "done", "sleep", "export", "make"):
                 seen.add(words[0] if words else "")
                 continue
             if words[0] == "crawlstream":
@@ -317,3 +319,25 @@ def test_the_readme_s3_settings_table_agrees_with_the_settings() -> None:
             covered.add(name)
     s3 = {env for env in specs if env.startswith(("CRAWLSTREAM_S3_", "AWS_"))}
     assert s3 | {"CRAWLSTREAM_LAKE_URI", "CRAWLSTREAM_INDEX_URI", "CRAWLSTREAM_STORE_ARCHIVE_URI"} <= covered
+
+
+def test_the_readme_two_command_setup_gives_later_commands_the_s3_settings(tmp_path: Path) -> None:
+    """The README's first two lines, run verbatim by bash: the later commands' settings name the
+    local server and put the lake, the index and the archive on it."""
+    section = (REPO / "README.md").read_text().split("## Lake, index and archive on S3", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    start, wait = [ln.split("  #", 1)[0].strip() for ln in block.splitlines()[:2]]
+    script = "\n".join([start, "pid=$!", wait, "crawlstream settings > settings.json", "status=$?",
+                         "kill $pid; wait $pid", "exit $status"])  # fmt: skip
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {k: v for k, v in env.items() if not k.startswith(("AWS_", "CRAWLSTREAM_"))}
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    effective = json.loads((tmp_path / "settings.json").read_text())
+    s3_env = dict(line.split("=", 1) for line in (tmp_path / "s3.env").read_text().splitlines())
+    assert s3_env["CRAWLSTREAM_S3_ENDPOINT"].startswith("http://127.0.0.1:")
+    for key in ("CRAWLSTREAM_S3_ENDPOINT", "CRAWLSTREAM_LAKE_URI", "CRAWLSTREAM_STORE_ARCHIVE_URI", "AWS_REGION"):
+        assert effective[key] == s3_env[key], key
+    settings = load(s3_env, None)
+    where = (lake_location(settings), index_location(settings), archive_location(settings))
+    assert all(loc is not None and loc.is_s3 for loc in where), where
