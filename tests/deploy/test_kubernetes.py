@@ -120,7 +120,7 @@ def test_every_custom_resource_validates_against_its_crd(overlay: tuple[str, Doc
     assert errors == {}, f"overlays/{name}"
     kinds = {d["kind"] for d in custom}
     assert {"ScaledObject", "KafkaTopic", "PodMonitor"} <= kinds
-    if name == "dev":
+    if name.startswith("dev"):
         assert {"Kafka", "KafkaNodePool"} <= kinds
 
 
@@ -317,7 +317,7 @@ def test_every_member_of_the_writers_mounts_the_one_read_write_many_claim(overla
     name, docs = overlay
     assert not list(of_kind(docs, "StatefulSet"))
     claims = {name: _claim_names(d) for name, d in _crawlstream_deployments(docs).items()}
-    writers = S3_SHARED_VOLUME_WRITERS if name == "s3" else SHARED_VOLUME_WRITERS
+    writers = S3_SHARED_VOLUME_WRITERS if name.endswith("s3") else SHARED_VOLUME_WRITERS
     assert {name for name, c in claims.items() if c} >= writers
     (claim,) = set().union(*claims.values())
     pvc = by_name(docs, "PersistentVolumeClaim")[claim]
@@ -352,7 +352,7 @@ def test_topics_belong_to_the_kafka_cluster_the_services_connect_to(overlay: tup
     (cluster,) = clusters
     host, _, port = _config(docs)["KAFKA_BOOTSTRAP_SERVERS"].partition(":")
     assert host.split(".")[0] == f"{cluster}-kafka-bootstrap"
-    if name == "dev":
+    if name.startswith("dev"):
         (kafka,) = of_kind(docs, "Kafka")
         assert kafka["metadata"]["name"] == cluster
         assert int(port) in {listener["port"] for listener in kafka["spec"]["kafka"]["listeners"]}
@@ -403,14 +403,14 @@ def test_every_service_serves_its_metrics_port_beyond_loopback_and_is_scraped_th
 
 def test_the_readme_says_which_services_need_the_shared_volume(overlay: tuple[str, Docs]) -> None:
     """deploy/k8s/README.md's table, row by row, against the volumes each Deployment mounts (its
-    third column: with the lake, index and archive on S3, overlays/s3)."""
+    third column: with the lake, index and archive on S3, overlays/s3 and dev-s3)."""
     rows = {}
     for line in (K8S / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0].strip("`") in SERVICE_NAMES:
             rows[cells[0].strip("`")] = cells
     assert sorted(rows) == sorted(SERVICE_NAMES)
-    column = 2 if overlay[0] == "s3" else 1
+    column = 2 if overlay[0].endswith("s3") else 1
     for name, d in _crawlstream_deployments(overlay[1]).items():
         says_shared = rows[name][column].startswith("yes")
         assert says_shared == bool(_claim_names(d)), name

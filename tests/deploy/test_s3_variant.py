@@ -25,9 +25,6 @@ from deploy_support import (
     REPO,
     by_name,
     compose_schema_path,
-    is_builtin,
-    kubernetes_errors,
-    kustomize_command,
     load_json,
     of_kind,
     render,
@@ -125,20 +122,26 @@ def test_no_service_mounts_a_claim_for_the_lake_the_index_or_the_archive(s3_docs
         assert "emptyDir" in volume, name
 
 
-def test_the_component_adds_s3_to_the_dev_overlay_too(tmp_path: Path) -> None:
-    """components/s3 is not tied to prod: on the dev overlay it renders, validates and wires the
-    same four services."""
-    rel = os.path.relpath(K8S, tmp_path)
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [f"{rel}/overlays/dev"], "components": [f"{rel}/components/s3"],
-    }))  # fmt: skip
-    done = subprocess.run([*kustomize_command(), str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-    errors = {d["metadata"]["name"]: e for d in docs if is_builtin(d) and (e := kubernetes_errors(d))}
-    assert errors == {}
+def test_the_dev_s3_overlay_runs_its_own_s3_server_with_the_services_key_pair() -> None:
+    """overlays/dev-s3 (dev + the component + versitygw in the cluster): the same four services
+    wired, their endpoint the in-cluster Service, and the server's root key pair the one the
+    services read (one Secret)."""
+    from crawlstream.devtools.locals3 import VERSITYGW_VERSION
+
+    docs = render("dev-s3")
     _assert_s3_wiring(docs)
+    server = by_name(docs, "Deployment")["s3"]
+    (container,) = server["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"versity/versitygw:{VERSITYGW_VERSION}", "the server the tests run"
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert refs == {"ROOT_" + k.removeprefix("AWS_"): {"name": SECRET, "key": k} for k in SECRET_KEYS}
+    endpoint = load(_pod_env(docs, _deployments(docs)["parquet-sink"]), None).s3.endpoint
+    service = by_name(docs, "Service")["s3"]
+    assert endpoint == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    assert service["spec"]["selector"].items() <= server["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = container["ports"]
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+    assert f":{port['containerPort']}" in container["args"]
 
 
 def test_the_readme_creates_the_secret_the_pods_read() -> None:
@@ -231,39 +234,52 @@ def test_compose_wires_the_same_four_services_to_the_local_s3_server() -> None:
     assert env["CRAWLSTREAM_S3_ENDPOINT"] == "" and env["AWS_REGION"] == "eu-west-1"
 
 
-def test_the_compose_s3_server_serves_the_bucket_the_services_write(tmp_path: Path) -> None:
-    """The s3 service's entrypoint and command, run with the versitygw binary `make s3` builds
-    (the image's /app/versitygw) on a loopback port and a temp dir for its volume: it creates the
-    bucket, answers its healthcheck path, and a parquet-sink's environment writes and reads the
-    lake and the archive there."""
+def _server_and_sink(variant: str, secret: str) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
+    """The S3 server's argv, environment and health URL (port 7070, volume /s3, binary
+    /app/versitygw as in the image) and a parquet-sink's environment, from compose or dev-s3."""
+    keys = {"AWS_ACCESS_KEY_ID": "crawlstream", "AWS_SECRET_ACCESS_KEY": secret}
+    if variant == "compose":
+        services = _merged_compose({"AWS_SECRET_ACCESS_KEY": secret})["services"]
+        s3 = services["s3"]
+        argv = [a.replace("$$", "$") for a in [*s3["entrypoint"], *s3["command"]]]
+        return argv, s3["environment"], s3["healthcheck"]["test"][-1], services["parquet-sink"]["environment"]
+    docs = render("dev-s3")
+    (container,) = by_name(docs, "Deployment")["s3"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: keys[e["valueFrom"]["secretKeyRef"]["key"]] for e in container["env"]}
+    health = f"http://127.0.0.1:7070{container['readinessProbe']['httpGet']['path']}"
+    sink = {k: keys.get(v.split("/", 1)[-1], v) for k, v in _pod_env(docs, _deployments(docs)["parquet-sink"]).items()}
+    return [*container["command"], *container["args"]], env, health, sink
+
+
+@pytest.mark.parametrize("variant", ["compose", "dev-s3"])
+def test_the_s3_server_as_deployed_serves_the_bucket_the_services_write(variant: str, tmp_path: Path) -> None:
+    """The S3 server's command as docker-compose.s3.yml / overlays/dev-s3 run it, with the
+    versitygw binary `make s3` builds in place of the image's, on a loopback port and a temp dir
+    for its volume: it makes the bucket, answers its health path, and a parquet-sink's environment
+    (its key pair) writes, reads and lists the lake and the archive there."""
     from crawlstream.devtools.localproc import free_port
     from crawlstream.devtools.locals3 import find_versitygw
 
-    secret = os.urandom(8).hex()
-    services = _merged_compose({"AWS_SECRET_ACCESS_KEY": secret})["services"]
-    s3, port = services["s3"], free_port()
+    argv, env, health, sink = _server_and_sink(variant, os.urandom(8).hex())
+    port = free_port()
     replace = {"/app/versitygw": str(find_versitygw()), ":7070": f"127.0.0.1:{port}", "/s3": str(tmp_path)}
-    argv = [re.sub("|".join(map(re.escape, replace)), lambda m: replace[m.group(0)], a)
-            for a in [*s3["entrypoint"], *s3["command"]]]  # fmt: skip
-    argv = [a.replace("$$", "$") for a in argv]
-    process = subprocess.Popen(argv, env={"PATH": os.environ["PATH"], **s3["environment"]},
+    argv = [re.sub("|".join(map(re.escape, replace)), lambda m: replace[m.group(0)], a) for a in argv]
+    process = subprocess.Popen(argv, env={"PATH": os.environ["PATH"], **env},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        health = s3["healthcheck"]["test"][-1].replace("127.0.0.1:7070", f"127.0.0.1:{port}")
         deadline = time.monotonic() + 20
         while True:
             try:
-                with urllib.request.urlopen(health, timeout=1) as answer:
+                with urllib.request.urlopen(health.replace(":7070", f":{port}"), timeout=1) as answer:
                     assert answer.status == 200
                 break
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline, "versitygw did not come up"
                 time.sleep(0.05)
-        assert (tmp_path / "crawlstream").is_dir(), "the entrypoint made the bucket"
-        env = {**services["parquet-sink"]["environment"], "CRAWLSTREAM_S3_ENDPOINT": f"http://127.0.0.1:{port}"}
-        settings = load(env, None)
+        assert (tmp_path / "crawlstream").is_dir(), "the server's command made the bucket"
+        settings = load({**sink, "CRAWLSTREAM_S3_ENDPOINT": f"http://127.0.0.1:{port}"}, None)
         for location in (lake_location(settings), archive_location(settings)):
-            assert location is not None
+            assert location is not None and location.is_s3
             store = open_objects(location, settings.s3)
             store.write("probe/x", b"written through the services' settings")
             assert store.read("probe/x") == b"written through the services' settings"
