@@ -25,7 +25,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
-OVERLAYS = ("dev", "prod")
+OVERLAYS = ("dev", "prod", "s3", "dev-s3")
+# Kustomize components an overlay may add (components/s3: the lake, index and archive on S3).
+COMPONENTS = ("s3",)
 KUBERNETES_VERSION = "1.37.0"
 CACHE = REPO / ".cache"
 

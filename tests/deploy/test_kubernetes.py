@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from deploy_support import (
+    COMPONENTS,
     K8S,
     OVERLAYS,
     by_name,
@@ -36,6 +37,8 @@ INDEX_COMPACTOR_REPLICAS = 2
 # The services that write the shared volume's files from every member, coordinating with flock:
 # each of their pods must mount the one ReadWriteMany claim (README.md here, "Scaling the writers").
 SHARED_VOLUME_WRITERS = frozenset({"bucket-compressor", "parquet-sink", "index-compactor"})
+# With the index on S3 (overlays/s3) the compactor's lock is a lease object, not a flock on the claim.
+S3_SHARED_VOLUME_WRITERS = SHARED_VOLUME_WRITERS - {"index-compactor"}
 # Brokers a production cluster has at least (overlays/prod/kustomization.yaml says so).
 PROD_MIN_BROKERS = 3
 
@@ -87,7 +90,8 @@ def _consumers() -> dict[str, Role]:
 
 
 def test_each_overlay_directory_lists_every_manifest_it_holds() -> None:
-    for directory in [K8S / "base", *(K8S / "overlays" / o for o in OVERLAYS)]:
+    components = [K8S / "components" / c for c in COMPONENTS]
+    for directory in [K8S / "base", *(K8S / "overlays" / o for o in OVERLAYS), *components]:
         kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
         files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
         assert {r for r in kustomization["resources"] if not r.startswith("..")} == files, directory
@@ -116,7 +120,7 @@ def test_every_custom_resource_validates_against_its_crd(overlay: tuple[str, Doc
     assert errors == {}, f"overlays/{name}"
     kinds = {d["kind"] for d in custom}
     assert {"ScaledObject", "KafkaTopic", "PodMonitor"} <= kinds
-    if name == "dev":
+    if name.startswith("dev"):
         assert {"Kafka", "KafkaNodePool"} <= kinds
 
 
@@ -223,7 +227,7 @@ def test_query_api_binds_beyond_loopback_only_with_a_tokens_file_from_a_secret(o
     api = _crawlstream_deployments(docs)["query-api"]
     spec = api["spec"]["template"]["spec"]
     container = _container(api)
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     tokens = Path(env["CRAWLSTREAM_API_TOKENS_FILE"])
     (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == tokens.parent]
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
@@ -310,10 +314,11 @@ def test_the_index_compactor_runs_an_active_one_and_a_standby(overlay: tuple[str
 def test_every_member_of_the_writers_mounts_the_one_read_write_many_claim(overlay: tuple[str, Docs]) -> None:
     """Deployments, not StatefulSets: every pod of a writer mounts the same claim (a volume
     per pod would split the content store, the staging adoption and the compactor's lock)."""
-    docs = overlay[1]
+    name, docs = overlay
     assert not list(of_kind(docs, "StatefulSet"))
     claims = {name: _claim_names(d) for name, d in _crawlstream_deployments(docs).items()}
-    assert {name for name, c in claims.items() if c} >= SHARED_VOLUME_WRITERS
+    writers = S3_SHARED_VOLUME_WRITERS if name.endswith("s3") else SHARED_VOLUME_WRITERS
+    assert {name for name, c in claims.items() if c} >= writers
     (claim,) = set().union(*claims.values())
     pvc = by_name(docs, "PersistentVolumeClaim")[claim]
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -347,7 +352,7 @@ def test_topics_belong_to_the_kafka_cluster_the_services_connect_to(overlay: tup
     (cluster,) = clusters
     host, _, port = _config(docs)["KAFKA_BOOTSTRAP_SERVERS"].partition(":")
     assert host.split(".")[0] == f"{cluster}-kafka-bootstrap"
-    if name == "dev":
+    if name.startswith("dev"):
         (kafka,) = of_kind(docs, "Kafka")
         assert kafka["metadata"]["name"] == cluster
         assert int(port) in {listener["port"] for listener in kafka["spec"]["kafka"]["listeners"]}
@@ -397,15 +402,17 @@ def test_every_service_serves_its_metrics_port_beyond_loopback_and_is_scraped_th
 
 
 def test_the_readme_says_which_services_need_the_shared_volume(overlay: tuple[str, Docs]) -> None:
-    """deploy/k8s/README.md's table, row by row, against the volumes each Deployment mounts."""
+    """deploy/k8s/README.md's table, row by row, against the volumes each Deployment mounts (its
+    third column: with the lake, index and archive on S3, overlays/s3 and dev-s3)."""
     rows = {}
     for line in (K8S / "README.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and cells[0].strip("`") in SERVICE_NAMES:
             rows[cells[0].strip("`")] = cells
     assert sorted(rows) == sorted(SERVICE_NAMES)
+    column = 2 if overlay[0].endswith("s3") else 1
     for name, d in _crawlstream_deployments(overlay[1]).items():
-        says_shared = rows[name][1].startswith("yes")
+        says_shared = rows[name][column].startswith("yes")
         assert says_shared == bool(_claim_names(d)), name
 
 
