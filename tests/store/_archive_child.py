@@ -4,14 +4,19 @@ put and maintained (tiering into archive with uploads, deletes, compaction) unti
 ``ROOT SIDE S3_PREFIX``: put 60 pages (each acknowledged as a line of SIDE), write "MAINTAIN",
 then over and over: maintenance with ages zero (uploads archive segments), new puts, deletes
 of every fourth page (announced as "?URL", acknowledged as "-URL"), maintenance again (compaction removes objects).
+``ROOT SIDE S3_PREFIX upload|offload``: put 60 pages, then SIGKILL itself inside the first archive
+batch right after its uploads (before the swap), or right after the swap (before the local copy
+is removed): the two windows a kill at random rarely hits.
 The S3 endpoint and credentials come from the environment (AWS_*).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from crawlstream.objectstore import open_objects, parse_location
 from crawlstream.settings import load
@@ -41,6 +46,8 @@ def main() -> None:
         count += n
 
     put(60)
+    if len(sys.argv) > 4:
+        die_at(sys.argv[4])
     os.write(fd, b"MAINTAIN\n")
     while True:
         store.maintain(ages_zero=True)
@@ -51,6 +58,20 @@ def main() -> None:
             if store.delete(url):
                 os.write(fd, ("-" + url + "\n").encode())
         store.maintain(ages_zero=True)
+
+
+def die_at(window: str) -> None:
+    """SIGKILL this process at ``window`` of the next archive batch."""
+    from crawlstream.store._segments import Segments
+    from crawlstream.store._tiering import Tiering
+
+    def die(*_: Any, **__: Any) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if window == "upload":
+        Tiering._swap = die  # type: ignore[method-assign]
+    else:
+        Segments.offload = die  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

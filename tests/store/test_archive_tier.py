@@ -225,22 +225,30 @@ def test_s3_outage_read_fails_fast_maintenance_pauses_then_all_recovers(
         assert store.verify().ok
 
 
-@pytest.mark.parametrize("delay_s", [0.3, 0.8, 1.5])
+@pytest.mark.parametrize("kill", ["upload", "offload", "0.3", "0.8", "1.5"])
 def test_kill_during_archive_uploads_loses_nothing_and_points_at_no_missing_object(
-    tmp_path: Path, s3_server: LocalS3, s3_prefix: str, delay_s: float
+    tmp_path: Path, s3_server: LocalS3, s3_prefix: str, kill: str
 ) -> None:
+    """SIGKILL right after a batch's uploads (before its swap), right after its swap (local copies
+    still there), and at random moments of tiering, deletes and compaction."""
     root, side = tmp_path / "store", tmp_path / "acked"
     env = dict(os.environ, **s3_server.env, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, str(CHILD), str(root), str(side), s3_prefix], env=env)
+    window = [kill] if kill in ("upload", "offload") else []
+    proc = subprocess.Popen([sys.executable, str(CHILD), str(root), str(side), s3_prefix, *window], env=env)
     try:
-        deadline = time.monotonic() + 60
-        while "MAINTAIN" not in (side.read_text() if side.exists() else ""):
-            assert proc.poll() is None, "child exited early"
-            assert time.monotonic() < deadline, "child did not reach maintenance in 60 s"
-            time.sleep(0.02)
-        time.sleep(delay_s * random.uniform(0.8, 1.2))
+        if window:
+            assert proc.wait(timeout=120) == -signal.SIGKILL
+            assert list((root / "segments").glob("archive/*.seg"))  # the batch's local copies
+        else:
+            deadline = time.monotonic() + 60
+            while "MAINTAIN" not in (side.read_text() if side.exists() else ""):
+                assert proc.poll() is None, "child exited early"
+                assert time.monotonic() < deadline, "child did not reach maintenance in 60 s"
+                time.sleep(0.02)
+            time.sleep(float(kill) * random.uniform(0.8, 1.2))
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     sys.path.insert(0, str(CHILD.parent))
     from _archive_child import body_for
@@ -255,6 +263,8 @@ def test_kill_during_archive_uploads_loses_nothing_and_points_at_no_missing_obje
             acked[line] = True
     archive = _s3_objects(s3_server, s3_prefix)
     with ContentStore(root, config=CONFIG, archive=archive) as store:
+        if window:  # the uploads completed: the objects are the segments, the local copies are gone
+            assert _archived_objects(archive) and not list((root / "segments").glob("archive/*.seg"))
         for url, live in acked.items():
             if live:
                 assert store.get(url) == body_for(url)
