@@ -69,13 +69,17 @@ class Segments:
             self._list_remote(archive)
 
     def _list_remote(self, archive: ObjectStore) -> None:
-        """Learn which archive segments are objects (one LIST); settle a local copy an upload left.
+        """Learn which archive segments are objects (one LIST); settle what a kill during uploads left.
 
         A local archive segment whose object has the same size was uploaded whole and the process
         died before removing the copy: the object is the segment from now on. One of another size
         is an object a batch did not finish with (never pointed at): the local file wins.
         """
         self.remote = {o.rel: o.size for o in archive.list(ARCHIVE_TIER) if o.rel.endswith(".seg")}
+        # A segment over 64 MiB goes up in parts: a kill mid-upload leaves an invisible upload. The
+        # writer lock makes this process the only one uploading under this prefix: abort them all.
+        if aborted := archive.abort_stale_uploads(0):
+            logger.warning("aborted %d unfinished archive uploads under %s", aborted, archive)
         for path in self.local_files():
             name = self.name(path)
             if name not in self.remote:
