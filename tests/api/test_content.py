@@ -24,8 +24,10 @@ from crawlstream.api import (
     Acl,
     from_settings,
 )
+from crawlstream.devtools.locals3 import LocalS3
 from crawlstream.errors import ConfigError
 from crawlstream.index import IndexReader
+from crawlstream.objectstore import open_objects, parse_location
 from crawlstream.store import ContentStore
 from crawlstream.urls import canonicalize, url_key
 from tests.api._lake import run_client
@@ -561,3 +563,36 @@ def test_tags_are_added_and_removed_through_the_api_and_found_by_search(
     assert (answers["no tag"], answers["control char"], answers["too many"]) == (400, 400, 400)
     entry = store.entry(url)
     assert entry is not None and entry.tags == before | {"🔖 review"}
+
+
+def test_pages_archived_on_s3_are_served_and_an_s3_outage_is_503(
+    reader: IndexReader, tmp_path: Path, pages: list[tuple[str, bytes]], s3_server: LocalS3, s3_prefix: str
+) -> None:
+    """The archive tier on S3 (ADR 029): a page is one ranged GET; with S3 down the read is a 503
+    (retry later), never a 500 or a hang, and the same store serves it again once S3 is back."""
+    env = dict(s3_server.env, CRAWLSTREAM_S3_DEADLINE_S="1")
+    archive = open_objects(parse_location(s3_prefix), settings_mod.load(env).s3)
+    with ContentStore(tmp_path / "store", archive=archive) as store:
+        _fill(store, pages)
+        store.maintain(ages_zero=True)
+        assert {store.entry(u).location.tier for u, _ in pages} == {"archive"}  # type: ignore[union-attr]
+        url, body = pages[0]
+
+        async def go(c: Client) -> list[tuple[int, bytes]]:
+            out = []
+            resp = await c.get("/v1/content", params={"url": url})
+            out.append((resp.status, await resp.read()))
+            s3_server.stop(keep_data=True)
+            try:
+                resp = await c.get("/v1/content", params={"url": url})
+                out.append((resp.status, await resp.read()))
+            finally:
+                s3_server.restart()
+            resp = await c.get("/v1/content", params={"url": url})
+            out.append((resp.status, await resp.read()))
+            return out
+
+        (s1, b1), (s2, b2), (s3, b3) = serve(reader, store, go)
+    assert (s1, b1) == (200, body)
+    assert s2 == 503 and body[:100] not in b2
+    assert (s3, b3) == (200, body)

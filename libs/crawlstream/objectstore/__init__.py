@@ -14,7 +14,7 @@ from crawlstream.objectstore._factory import (
     open_objects,
 )
 from crawlstream.objectstore._location import Location, parse_location
-from crawlstream.objectstore._store import ObjectInfo, ObjectStore, RetryPolicy
+from crawlstream.objectstore._store import ObjectInfo, ObjectStore, RetryPolicy, is_checksum_failure
 
 __all__ = [
     "Location",
@@ -24,6 +24,7 @@ __all__ = [
     "archive_location",
     "finalize",
     "index_location",
+    "is_checksum_failure",
     "lake_location",
     "open_objects",
     "parse_location",

@@ -44,7 +44,7 @@ from crawlstream.durable import try_lock_exclusive, write_atomically
 from crawlstream.errors import StorageUnavailable
 from crawlstream.objectstore._location import Location
 
-__all__ = ["ObjectInfo", "ObjectStore", "RetryPolicy"]
+__all__ = ["ObjectInfo", "ObjectStore", "RetryPolicy", "is_checksum_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,16 @@ class ObjectInfo:
 
 
 def _pyarrow_transient(exc: BaseException) -> bool:
+    # A response failing the object's stored checksum (the AWS SDK checks a whole-object GET) is
+    # damage at rest: retrying cannot heal it, and the caller's own checks decide what it means.
+    if is_checksum_failure(exc):
+        return False
     return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, IsADirectoryError))
+
+
+def is_checksum_failure(exc: BaseException) -> bool:
+    """A read refused because the object no longer matches its stored checksum."""
+    return isinstance(exc, OSError) and "checksums mismatch" in str(exc).lower()
 
 
 def _boto_status(exc: BaseException) -> tuple[str, int]:

@@ -120,7 +120,7 @@ class IndexLog:
         return self.size >= max(SNAPSHOT_LOG_BYTES, snap_bytes)
 
     def _live_ends(self) -> dict[str, int]:
-        return {seg: end for seg, end in self.indexed_end.items() if self._segments.path(seg).exists()}
+        return {seg: end for seg, end in self.indexed_end.items() if self._segments.exists(seg)}
 
     def snapshot(self, index: UrlIndex) -> None:
         """Compact the index: live entries -> ``index-<gen+1>.snap``, then a fresh index.log naming it.

@@ -64,6 +64,6 @@ class Problem:
     segment: str
     offset: int
     length: int
-    kind: str  # "corrupt" | "torn"
+    kind: str  # "corrupt" | "torn" | "missing" (an archive segment object gone)
     detail: str = ""
     urls: tuple[str, ...] = ()  # live URLs whose body was in the region (lost until re-fetched)

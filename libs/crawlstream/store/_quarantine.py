@@ -57,6 +57,7 @@ class Quarantine:
             rec["m"] = member
         invalid = self._segments.path(segment + ".invalid")
         if not bad:
+            invalid.parent.mkdir(parents=True, exist_ok=True)  # an archive object's tier may have no local directory
             with open(invalid, "ab") as fh:
                 fh.write(data)
         self._log.append(encode_log_record(rec))

@@ -41,7 +41,7 @@ from crawlstream.store._dicts import DictCodecs, DictionaryStore
 from crawlstream.store._files import ReadCache
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._quarantine import Quarantine
-from crawlstream.store._segments import Segments
+from crawlstream.store._segments import SegmentDamaged, Segments
 
 __all__ = ["RecordReader"]
 
@@ -101,7 +101,12 @@ class RecordReader:
                 f"record at {loc.segment}:{loc.offset} (member {loc.member}) is quarantined as corrupt; "
                 "run `crawlstream store verify`"
             )
-        buf = (reads or self._segments.reads).pread(self._segments.path(loc.segment), loc.offset, loc.length)
+        try:
+            buf = self._segments.pread(loc.segment, loc.offset, loc.length, reads)
+        except SegmentDamaged as exc:  # the bytes never arrived: the whole record is quarantined
+            with self._lock:
+                self._quarantine.add(loc.segment, loc.offset, loc.length, str(exc), b"")
+            raise ChecksumMismatch(f"{exc}; the record is quarantined and will not be served") from exc
         member: int | None = None
         try:
             header = decode_record_header(buf)
@@ -238,8 +243,8 @@ class RecordReader:
         found: dict[str, dict[str, Any]] = {}
         for segment, keys in wanted.items():
             try:
-                data = self._segments.path(segment).read_bytes()
-            except OSError:
+                data = self._segments.read_all(segment)
+            except (OSError, ChecksumMismatch):
                 continue  # removed by maintenance since the entry was read
             for item in scan_records(data):
                 header = item.header

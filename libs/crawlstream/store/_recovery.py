@@ -37,7 +37,7 @@ from crawlstream.store._model import Location, Problem
 from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._reader import RecordReader
 from crawlstream.store._reports import VerifyReport
-from crawlstream.store._segments import Segments
+from crawlstream.store._segments import SegmentMissing, Segments
 
 __all__ = ["Integrity", "check_format"]
 
@@ -101,15 +101,18 @@ class Integrity:
         for rec in puts:
             blobs[rec["h"]] = Location.from_list(rec["l"])
         recovered: list[dict[str, Any]] = []
-        for path in self._segments.files():
-            name = self._segments.name(path)
-            size = path.stat().st_size
+        sizes = self._segments.sizes()
+        for name in self._segments.names():
+            size = sizes[name]
             start = known_end.get(name, 0)
             if size <= start:
                 continue
-            data = path.read_bytes()
+            data = self._segments.read_all(name)  # an archive object only after a crash before its swap
             refs: list[tuple[RecordHeader, Location]] = []
             for item in scan_records(data, start):
+                if item.problem == "torn" and self._segments.is_remote(name):
+                    logger.error("archive segment %s: torn record at %d (uploaded whole: damage)", name, item.offset)
+                    break
                 if item.problem == "torn":
                     logger.warning(
                         "segment %s: torn tail of %d bytes at %d truncated (crash during append)",
@@ -117,7 +120,7 @@ class Integrity:
                         item.length,
                         item.offset,
                     )
-                    with open(path, "r+b") as fh:
+                    with open(self._segments.path(name), "r+b") as fh:
                         fh.truncate(item.offset)
                         os.fsync(fh.fileno())
                     break
@@ -159,9 +162,8 @@ class Integrity:
             bodies: dict[str, Location] = {}
             records: list[tuple[RecordHeader, Location]] = []
             ends: dict[str, int] = {}
-            for path in self._segments.files():
-                name = self._segments.name(path)
-                data = path.read_bytes()
+            for name in self._segments.names():
+                data = self._segments.read_all(name)
                 ends[name] = len(data)
                 for item in scan_records(data):
                     if item.problem or item.header is None or (name, item.offset) in self._quarantine.records:
@@ -199,7 +201,25 @@ class Integrity:
             report.problems = [
                 dataclasses.replace(p, urls=tuple(lost.get((p.segment, p.offset), ()))) for p in report.problems
             ]
+            report.problems += self._missing_segments(report.problems)
         return report
+
+    def _missing_segments(self, found: list[Problem]) -> list[Problem]:
+        """Segments the index points into that exist neither locally nor as archive objects (an object
+        deleted behind the store's back): reported with the URLs lost, never a crash of a read."""
+        with self._lock:
+            known = set(self._segments.names())
+            lost: dict[str, list[str]] = defaultdict(list)
+            for e in self._index.entries():
+                for seg in {e.location.segment, e.record_segment} - {""}:
+                    if seg not in known:
+                        lost[seg].append(e.url)
+        reported = {p.segment for p in found if p.kind == "missing"}
+        return [
+            Problem(seg, 0, 0, "missing", "segment not found locally nor in the archive", tuple(sorted(urls)))
+            for seg, urls in sorted(lost.items())
+            if seg not in reported
+        ]
 
     def _urls_in_regions(self, regions: list[tuple[str, int, int]]) -> dict[tuple[str, int], list[str]]:
         """Live URLs whose body lies in one of ``regions`` (segment, offset, length) and cannot be read:
@@ -220,10 +240,14 @@ class Integrity:
     def _scan(self) -> VerifyReport:
         report = VerifyReport()
         with self._lock:
-            for path in self._segments.files():
-                name = self._segments.name(path)
+            names = self._segments.names()
+            for name in names:
                 report.segments += 1
-                data = path.read_bytes()
+                try:
+                    data = self._segments.read_all(name)
+                except SegmentMissing as exc:  # gone between the listing and the read
+                    report.problems.append(Problem(name, 0, 0, "missing", str(exc)))
+                    continue
                 for item in scan_records(data):
                     if item.problem:
                         report.problems.append(Problem(name, item.offset, item.length, item.problem))
@@ -242,7 +266,7 @@ class Integrity:
                         continue
                     report.records += 1
                     if item.header.kind == KIND_BODY:
-                        loc = Location(name, item.offset, item.length, item.header.dict_id, path.parent.name)
+                        loc = Location(name, item.offset, item.length, item.header.dict_id, name.split("/", 1)[0])
                         if (name, item.offset) in self._quarantine.records:
                             report.problems.append(
                                 Problem(name, item.offset, item.length, "corrupt", "quarantined earlier")

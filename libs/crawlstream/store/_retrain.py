@@ -26,11 +26,12 @@ only, cached per sealed segment), which is the only safe test: ``verify`` and
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,17 +111,18 @@ def probe_windows(new: list[Entry], window: int, cap_bytes: int) -> tuple[list[E
     return fill(pages), fill(reversed(pages))
 
 
-def record_dict_ids(path: Path, start: int = 0) -> tuple[frozenset[int], int] | None:
+def record_dict_ids(path: Path | bytes, start: int = 0) -> tuple[frozenset[int], int] | None:
     """The dictionary ids the record headers of a segment name, from ``start``; and where the
     last whole record ends. None if a header there does not parse (damage: anything may be there).
 
     Reads the headers only (a few hundred bytes per record). A record still being appended
-    (the active segment) ends the walk; the next call resumes from the returned end.
+    (the active segment) ends the walk; the next call resumes from the returned end. ``path``
+    may be the segment's bytes (an archive object).
     """
     ids: set[int] = set()
     pos = start
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+    with io.BytesIO(path) if isinstance(path, bytes) else open(path, "rb") as fh:
+        size = len(path) if isinstance(path, bytes) else os.fstat(fh.fileno()).st_size
         while pos + _SKIP.size <= size:
             fh.seek(pos)
             magic, payload_size = _SKIP.unpack(fh.read(_SKIP.size))
@@ -282,8 +284,15 @@ class Retrainer:
         """Retraining ``dict_id`` did not produce a dictionary: do not try again until restart."""
         self._failed.add(dict_id)
 
-    def unreferenced(self, superseded: set[int], segment_paths: Callable[[], list[tuple[str, Path]]]) -> set[int]:
+    def unreferenced(
+        self,
+        superseded: set[int],
+        segment_paths: Callable[[], list[tuple[str, Path]]],
+        remote: Mapping[str, int] | None = None,
+        fetch: Callable[[str], bytes] | None = None,
+    ) -> set[int]:
         """Those of ``superseded`` that no record of any segment names (record headers, cached per segment).
+        ``remote``: archive objects (name -> size), read whole with ``fetch`` once (they never change).
 
         The caller holds the maintenance lock (no batch is writing) and checks live entries
         again under the store lock before dropping: puts never use a superseded dictionary.
@@ -308,6 +317,17 @@ class Retrainer:
                 ids = ids | walked[0]
                 self._segments[name] = (st.st_ino, walked[1], ids)
             named |= ids
+        for name, size in (remote or {}).items():
+            seen.add(name)
+            cached = self._segments.get(name)
+            if cached is None or cached[0] != -1 or cached[1] != size:
+                assert fetch is not None
+                walked = record_dict_ids(fetch(name))
+                if walked is None:
+                    logger.warning("archive segment %s has a damaged record header: no dictionary is dropped", name)
+                    return set()
+                cached = self._segments[name] = (-1, size, walked[0])
+            named |= cached[2]
         for name in [n for n in self._segments if n not in seen]:
             del self._segments[name]
         return superseded - named

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawlstream.durable import write_atomically
 from crawlstream.errors import ShardNotOwned, StoreLocked
+from crawlstream.objectstore import ObjectStore, archive_location, open_objects
 from crawlstream.store._codec import UnsupportedFormat
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._model import Entry, Location
@@ -60,6 +61,7 @@ LAYOUT_FILE = "LAYOUT"
 _LAYOUT = {"store_layout": "sharded", "shards": SHARDS}
 _LEGACY = 0  # the one shard id of a store written before shards
 _LOCK_RETRY_S = 0.1
+_LEGACY_ARCHIVE = "store"  # the archive subprefix of a store written before shards
 _SHARD_READ_FDS = 32  # segment descriptors each shard keeps open: 4,096 for all 128 (one store: 256)
 _COUNTED = (  # the StoreStats fields that add up across shards
     "urls",
@@ -83,11 +85,13 @@ def shard_dir_name(checksum: int) -> str:
 
 def open_store(settings: Settings, *, owned: Iterable[int] = ALL_CHECKSUMS) -> ShardedStore:
     """The crawl's store under ``<data_dir>/store``, configured by the ``store.*`` settings."""
+    location = archive_location(settings)
     return ShardedStore(
         settings.data_dir / "store",
         config=StoreConfig.from_settings(settings),
         owned=owned,
         lock_wait_s=settings.store.shard_lock_wait_s,
+        archive=None if location is None else open_objects(location, settings.s3),
     )
 
 
@@ -103,8 +107,12 @@ class ShardedStore:
         lock_wait_s: float = 30.0,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
+        archive: ObjectStore | None = None,
     ) -> None:
+        """``archive``: where archive-tier segments live as objects (``store.archive_uri``): each
+        shard under ``<ccc>/`` of it, a store written before shards under ``store/``."""
         self.root = Path(root)
+        self.archive = archive
         self.config = config if config is not None else StoreConfig()
         self.legacy = (self.root / "FORMAT").exists()
         if not self.legacy:
@@ -216,6 +224,7 @@ class ShardedStore:
                     read_fds=256 if self.legacy else _SHARD_READ_FDS,
                     key_fn=self._key_fn,
                     clock_ms=self._clock_ms,
+                    archive=self._shard_archive(shard),
                 )
                 break
             except StoreLocked:
@@ -224,6 +233,11 @@ class ShardedStore:
                 time.sleep(_LOCK_RETRY_S)
         self._open[shard] = store
         return store
+
+    def _shard_archive(self, shard: int) -> ObjectStore | None:
+        if self.archive is None:
+            return None
+        return self.archive.child(_LEGACY_ARCHIVE if self.legacy else f"{shard:03d}")
 
     def _existing(self) -> list[int]:
         """Every shard on disk (opened by readers as they go)."""

@@ -60,13 +60,12 @@ def collect_stats(
             by_tier[tier]["records"] = len(recs)
         usage, _ = segment_live_bytes(entries, tiering.group_shapes)
         seg_bytes = live_bytes = 0
-        seg_files = segments.files()
-        for path in seg_files:
-            size = path.stat().st_size
+        seg_files = segments.local_files()
+        for name, size in sorted(segments.sizes().items()):  # archive objects included
             seg_bytes += size
-            live = min(size, int(usage.get(segments.name(path), 0)))
+            live = min(size, int(usage.get(name, 0)))
             live_bytes += live
-            tier_stats = by_tier.setdefault(path.parent.name, _tier_row())
+            tier_stats = by_tier.setdefault(name.split("/", 1)[0], _tier_row())
             tier_stats["segments"] += 1
             tier_stats["bytes"] += size
             tier_stats["live_bytes"] += live

@@ -4,6 +4,7 @@ Owns everything under its root directory::
 
     segments/<tier>/<n>.seg    records (see _codec): independently decompressible frames
     segments/<tier>/<n>.seg.invalid   copies of quarantined (damaged) regions
+    (with ``archive``: archive-tier segments are objects ``archive/<n>.seg`` under that prefix)
     dicts/                     zstd dictionaries + dicts.log
     FORMAT                     {"store_format": 3}: other layouts are refused, never misread
     WRITER.lock                flock held while the store is open: one process at a time
@@ -42,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import StorageUnavailable, StoreLocked
@@ -64,6 +66,9 @@ from crawlstream.store._tiering import Tiering
 from crawlstream.store._training import DictionaryTrainer
 from crawlstream.store._urls import UrlParts, describe_url
 from crawlstream.store._writer import PageWriter
+
+if TYPE_CHECKING:
+    from crawlstream.objectstore import ObjectStore
 
 __all__ = ["WRITER_LOCK", "ContentStore", "RecompressReport", "StoreStats", "VerifyReport"]
 
@@ -97,15 +102,19 @@ class ContentStore:
         read_fds: int = 256,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
+        archive: ObjectStore | None = None,
     ) -> None:
         """``config``: the ``store.*`` settings (``StoreConfig()``, their defaults, when None).
-        ``read_fds``: segment descriptors kept open for reads (a sharded store gives each shard a share)."""
+        ``read_fds``: segment descriptors kept open for reads (a sharded store gives each shard a share).
+        ``archive``: where this root's archive-tier segments live as objects (``store.archive_uri``,
+        already narrowed to this root's prefix); None keeps them in ``segments/archive``."""
         self.config = config if config is not None else StoreConfig()
         self.root = Path(root)
         self.levels = self.config.levels
         self.recovered_records = 0
         self._key_fn = key_fn
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._archive = archive
         self._lock = threading.RLock()
         # one maintenance step at a time: taken before _lock, never after it
         self._maint_lock = threading.Lock()
@@ -123,7 +132,7 @@ class ContentStore:
         config, lock = self.config, self._lock
         # 1. refuse another layout before touching anything
         check_format(self.root)
-        self._segments = Segments(self.root, config, read_fds=read_fds)
+        self._segments = Segments(self.root, config, read_fds=read_fds, archive=self._archive)
         self.dicts = DictionaryStore(self.root / "dicts", fsync=config.fsyncs)
         self.dicts.preload(config.dict_preload_bytes)
         # 2. read the logs (truncating torn tails) before any of them is opened for appending

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crawlstream.durable import fsync_dir
-from crawlstream.errors import BadDataError, ChecksumMismatch
+from crawlstream.errors import BadDataError, ChecksumMismatch, StorageUnavailable
 from crawlstream.store._codec import KIND_BODY, GroupHeader, decode_record_header
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
@@ -44,7 +44,7 @@ from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._reports import RecompressReport
 from crawlstream.store._retrain import Retrainer
 from crawlstream.store._rewrite import Rewriter
-from crawlstream.store._segments import Segments
+from crawlstream.store._segments import ARCHIVE_TIER, Segments
 from crawlstream.store._training import DictionaryTrainer
 
 __all__ = ["Tiering", "batch_budget_bytes", "compressor_table_bytes"]
@@ -335,8 +335,9 @@ class Tiering:
             if not superseded:
                 return None
             with self._lock:
-                paths = [(self._segments.name(p), p) for p in self._segments.files()]
-            gone = self.retrainer.unreferenced(superseded, lambda: paths)
+                paths = [(self._segments.name(p), p) for p in self._segments.local_files()]
+                remote = dict(self._segments.remote)
+            gone = self.retrainer.unreferenced(superseded, lambda: paths, remote, self._segments.read_all)
             if not gone:
                 return None
             with self._lock:  # puts never use a superseded dictionary; batches are held off by the maintenance lock
@@ -423,14 +424,13 @@ class Tiering:
         reads = ReadCache()
         try:
             for loc in groups[:limit]:
-                path = self._segments.path(loc.segment)
                 try:
-                    head = reads.pread(path, loc.offset, 8)
+                    head = self._segments.pread(loc.segment, loc.offset, 8, reads)
                     size = int.from_bytes(head[4:8], "little")
-                    buf = reads.pread(path, loc.offset, min(loc.length, 8 + size))
+                    buf = self._segments.pread(loc.segment, loc.offset, min(loc.length, 8 + size), reads)
                     # The frame is not needed to decode the table: zeros stand in for it.
                     header = decode_record_header(buf + bytes(loc.length - len(buf)))
-                except (BadDataError, ChecksumMismatch, OSError) as exc:
+                except (BadDataError, ChecksumMismatch, OSError, StorageUnavailable) as exc:
                     logger.debug("group record at %s:%d not examined: %s", loc.segment, loc.offset, exc)
                     continue
                 if isinstance(header, GroupHeader):
@@ -496,15 +496,37 @@ class Tiering:
             for seg_dir in {w.path.parent for w in writers}:
                 fsync_dir(seg_dir)
         report.segments_written = names
-        self._swap(pending, writers, report)
+        uploaded = self._upload(names, writers)
+        self._swap(pending, writers, report, uploaded)
         return report
+
+    def _upload(self, names: list[str], writers: list[AppendFile]) -> list[str]:
+        """Step 2b: copy the batch's new archive segments to object storage (complete and synced)
+        before the swap points pages at them. A failure (storage down) discards the batch: nothing
+        points at them yet, so nothing is lost, and a later step does the batch again. An object
+        uploaded before the failure is overwritten by the next batch of that number, or read as a
+        segment at start-up (its records re-indexed as relocations) and collected like any other."""
+        if self._segments.archive is None:
+            return []
+        wanted = [n for n in names if n.split("/", 1)[0] == ARCHIVE_TIER]
+        try:
+            for name in wanted:
+                self._segments.upload(name)
+        except BaseException:
+            self._discard(writers)
+            raise
+        return wanted
 
     def _discard(self, writers: list[AppendFile]) -> None:
         with self._lock:
             self._segments.discard(writers)
 
     def _swap(
-        self, pending: list[tuple[Move, dict[str, Any]]], writers: list[AppendFile], report: RecompressReport
+        self,
+        pending: list[tuple[Move, dict[str, Any]]],
+        writers: list[AppendFile],
+        report: RecompressReport,
+        uploaded: list[str],
     ) -> None:
         """Phase (c), steps 3-5 of ``run_batch`` (under the lock; do not reorder)."""
         names = [self._segments.name(w.path) for w in writers]
@@ -531,6 +553,8 @@ class Tiering:
                 self._index.blobs[cur.content_hash] = cur.location
                 report.moved_urls += 1
             self._segments.in_flight.difference_update(names)
+            for name in uploaded:  # pages point at them now: reads go to the objects
+                self._segments.offload(name)
             before = self._segments.sizes()
             report.segments_removed = self.collect_garbage()
             report.freed_bytes = sum(before.get(n, 0) for n in report.segments_removed)
@@ -548,11 +572,14 @@ class Tiering:
                 used.add(entry.record_segment)
         quarantined_segments = self._quarantine.segments()
         removed: list[str] = []
-        for path in self._segments.files():
-            name = self._segments.name(path)
+        for name in self._segments.names():
             if name in used or name in quarantined_segments or name in self._segments.in_flight:
                 continue
-            self._segments.remove(name)
+            try:
+                self._segments.remove(name)
+            except StorageUnavailable as exc:  # an archive object: removed by a later collection
+                logger.warning("garbage segment %s not removed now: %s", name, exc)
+                continue
             self._index_log.forget_segment(name)
             self._compact_failed.discard(name)
             for key in [k for k in list(self.group_shapes) if k[0] == name]:  # list(): atomic copy
