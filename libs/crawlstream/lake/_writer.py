@@ -224,7 +224,9 @@ class LakeWriter:
         self.add(dataset_id, canonical.url, canonical.domain, ts_ms, extras)
 
     def flush(self) -> list[WrittenFile]:
-        """Publish every buffered partition; return the files written by this call."""
+        """Publish every buffered partition; return the files written by this call. If a file
+        cannot be published (``StorageUnavailable``) its rows stay buffered and the error is
+        raised after the others were published: a caller never forgets rows it did not publish."""
         before = len(self.written)
         # Sorting is CPU (GIL) bound; writing + fsync is I/O bound and overlaps in threads,
         # which matters because small datasets spread over 256 prefixes make many small files.
@@ -237,10 +239,19 @@ class LakeWriter:
                 self._buffered -= len(buf.urls)
                 table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
                 fut = pool.submit(self._write_file, table, key)
-                pending.append((key, table.num_rows, dropped, fut))
-            for (dataset_id, hh), rows, dropped, fut in pending:
-                rel, size = fut.result()
+                pending.append((key, buf, table.num_rows, dropped, fut))
+            failed: BaseException | None = None
+            for (dataset_id, hh), buf, rows, dropped, fut in pending:
+                try:
+                    rel, size = fut.result()
+                except Exception as exc:  # storage down: keep the rows, a later flush publishes them
+                    self._buffers[(dataset_id, hh)] = buf
+                    self._buffered += len(buf.urls)
+                    failed = failed or exc
+                    continue
                 self._record(self._written(dataset_id, hh, rel, rows, dropped, size))
+            if failed is not None:
+                raise failed
         return self.written[before:]
 
     def _record(self, written: WrittenFile) -> None:
@@ -260,7 +271,12 @@ class LakeWriter:
         dataset_id, hh = key
         self._buffered -= len(buf.urls)
         table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
-        rel, size = self._write_file(table, key)
+        try:
+            rel, size = self._write_file(table, key)
+        except Exception:
+            self._buffers[key] = buf  # kept for a later flush (see ``flush``)
+            self._buffered += len(buf.urls)
+            raise
         self._record(self._written(dataset_id, hh, rel, table.num_rows, dropped, size))
 
     def _written(self, dataset_id: int, hh: str, rel: str, rows: int, dropped: int, size: int) -> WrittenFile:
