@@ -35,6 +35,7 @@ from crawlstream.objectstore import _store
 real = _store.ObjectStore.write
 def write(self, rel, data):
     if rel.endswith(sys.argv[2]):
+        time.sleep(2)  # the version's other files, sent in parallel, are up by then
         pathlib.Path(sys.argv[1]).write_text(rel)
         time.sleep(600)
     return real(self, rel, data)
@@ -125,6 +126,7 @@ def test_index_build_killed_mid_version_leaves_the_previous_version_current(
     assert manifest is not None and manifest.current_version == v1 and len(manifest.versions) == 1
     orphan = marker.read_text().split("/")[1]
     assert orphan != v1 and not store.exists(f"index/{orphan}/postings.bin")
+    assert store.exists(f"index/{orphan}/domains.zst")  # a partial version, referenced by nothing
     assert _served(mirror(store, tmp_path / "after-kill")) == before  # v1 whole and still served
     assert _cli(env, "index", "build").returncode == 0
     manifest = read_manifest(store)
