@@ -245,7 +245,7 @@ class IndexBuilder:
         *,
         index: IndexSettings | None = None,
         lake: LakeSettings | None = None,
-        scan_threads: int = 4,
+        scan_threads: int | None = None,
         clock: Any = time.time,
         index_store: ObjectStore | None = None,
     ) -> None:
@@ -253,12 +253,14 @@ class IndexBuilder:
         the lake's). ``index``, ``lake``: the ``index.*`` and ``lake.*`` settings (taken whole;
         their defaults when None): a version has ``index.postings_shards`` postings blocks, garbage
         collection keeps ``index.keep_versions``, compaction writes ``lake.row_group_rows`` and
-        ``lake.zstd_level``."""
+        ``lake.zstd_level``. ``scan_threads``: lake files read at once (default 4 locally, 16 on S3)."""
         self.lake_store = as_store(root)
         self.index_store = index_store if index_store is not None else self.lake_store
         self.index = index if index is not None else IndexSettings()
         self.lake = lake if lake is not None else LakeSettings()
-        self.scan_threads = scan_threads
+        # S3: each file costs a HEAD and ranged GETs; more of them in flight (4 -> 16 threads: the
+        # 1,536-file Reddit lake's scan 8.1 -> 6.2 s on loopback, 2 busy cores; more on a real network)
+        self.scan_threads = scan_threads or (4 if self.lake_store.is_local else 16)
         self.clock = clock
 
     @property
