@@ -192,3 +192,19 @@ def test_the_compactor_lease_on_s3_has_one_holder_and_passes_on_after_expiry(s3:
     compactors[0].close()  # gives the lease up: the standby takes it at its next poll
     assert compactors[1].try_activate() and compactors[1].active
     compactors[1].close()
+
+
+def test_the_index_compactor_ticks_on_s3(s3: ObjectStore) -> None:
+    """Build, compaction of a fragmented partition and gc (in grace: nothing deleted) on S3."""
+    compactor = IndexCompactor(IndexBuilder(s3, index=IndexSettings(postings_shards=2, keep_versions=1)),
+                               interval_s=60, compact_min_files=3)
+    for start in (0, 10, 20):
+        _write(s3, [(1, f"https://shop.example.com/p/{i}") for i in range(start, start + 10)])
+    assert compactor.try_activate()
+    tick = compactor.run_once()
+    assert tick.build.version and tick.compaction is not None and tick.compaction.compacted_partitions == 1
+    assert tick.gc_removed_versions == 0  # the first version retired just now: within its grace
+    manifest = read_manifest(s3)
+    assert manifest is not None and len(manifest.versions) == 2
+    assert manifest.current().stats["urls"] == 30 and manifest.current().stats["fragmented_pairs"] == 0
+    compactor.close()
