@@ -208,3 +208,24 @@ def test_the_index_compactor_ticks_on_s3(s3: ObjectStore) -> None:
     assert manifest is not None and len(manifest.versions) == 2
     assert manifest.current().stats["urls"] == 30 and manifest.current().stats["fragmented_pairs"] == 0
     compactor.close()
+
+
+def test_gc_on_s3_aborts_uploads_a_killed_writer_left(s3: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawlstream.index import _gc_s3
+
+    _write(s3, _batch(10, 1))
+    IndexBuilder(s3).build()
+    client, bucket = s3._client, s3.location.bucket
+    key = s3.key("urls/dataset_id=1/domain_prefix=00/part-killed.parquet")
+    client.create_multipart_upload(Bucket=bucket, Key=key)  # begun, never completed: nothing at the key
+
+    def uploads() -> list[str]:
+        return [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket, Prefix=s3.location.prefix)
+                .get("Uploads", [])]
+
+    assert uploads() == [key] and not s3.exists("urls/dataset_id=1/domain_prefix=00/part-killed.parquet")
+    IndexBuilder(s3).gc()
+    assert uploads() == [key]  # younger than an hour: maybe a live writer's
+    monkeypatch.setattr(_gc_s3, "STALE_UPLOAD_S", 0.0)
+    IndexBuilder(s3).gc()
+    assert uploads() == []
