@@ -363,6 +363,9 @@ class IndexBuilder:
         new = Manifest(info.version, (info, *(manifest.versions if manifest else ())),
                        manifest.parquet_root if manifest else "urls/")
         if not publish_manifest(self.index_store, new, tag):
+            now = read_manifest(self.index_store)
+            if now is not None and now.current_version == info.version:
+                return  # our PUT landed but its answer was lost; the retry met our own ETag
             raise ManifestConflict(
                 f"index build: another builder flipped {self.index_store.uri('index/manifest.json')} first; "
                 f"version {info.version} was not published (index gc removes it); build again")
