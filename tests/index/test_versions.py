@@ -92,9 +92,9 @@ def test_forced_url_key_collision_is_answered_by_url(tmp_path: Path, monkeypatch
     monkeypatch.setattr(crawlstream.lake._schema, "derive_url_keys",
                         lambda d, urls: [key] * len(urls) if d == "collide.com" else real(d, urls))
     table, _ = build_table([a.url, b.url], [a.domain, b.domain], [1, 2], [None, None])
-    write_lake_file(table, partition_dir(tmp_path, 7, domain_prefix(a.domain)), row_group_rows=8, zstd_level=3)
+    write_lake_file(table, tmp_path, partition_dir(7, domain_prefix(a.domain)), row_group_rows=8, zstd_level=3)
     only_b, _ = build_table([b.url], [b.domain], [3], [None])
-    write_lake_file(only_b, partition_dir(tmp_path, 8, domain_prefix(b.domain)), row_group_rows=8, zstd_level=3)
+    write_lake_file(only_b, tmp_path, partition_dir(8, domain_prefix(b.domain)), row_group_rows=8, zstd_level=3)
     IndexBuilder(tmp_path, index=IndexSettings(postings_shards=2)).build()
     with IndexReader(tmp_path).pin() as idx:
         assert idx.lookup_url(a.url) == [7]

@@ -10,9 +10,36 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawlstream.lake import LAKE_SCHEMA, LakeWriter, compact_partition, join_url, list_lake_files, split_url
+from crawlstream.lake import (
+    LAKE_SCHEMA,
+    LakeWriter,
+    as_store,
+    compact_partition,
+    join_url,
+    list_lake_files,
+    read_lake_table,
+    split_url,
+)
+from crawlstream.objectstore import ObjectStore
 from crawlstream.settings import LakeSettings
 from crawlstream.urls import canonicalize
+
+
+@pytest.fixture(params=["local", "s3"])
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """The lake's store: a local directory, or a prefix on the session's S3 server."""
+    if request.param == "local":
+        return as_store(tmp_path)
+    from tests.index._s3 import s3_store
+
+    return s3_store(request.getfixturevalue("s3_server"), request.getfixturevalue("s3_prefix"))
+
+
+def _meta(store: ObjectStore, rel: str) -> pq.FileMetaData:
+    if store.is_local:
+        return pq.ParquetFile(store.local_path(rel)).metadata
+    with store.open_input(rel) as fh:
+        return pq.ParquetFile(fh).metadata
 
 
 @given(
@@ -31,7 +58,7 @@ def test_split_url_separates_a_non_default_port() -> None:
     assert split_url("http://[::1]/") == ("http", "[::1]", None, "/")
 
 
-def _write(root: Path, urls: list[str], ds: int = 1, **config: int) -> LakeWriter:
+def _write(root: Path | ObjectStore, urls: list[str], ds: int = 1, **config: int) -> LakeWriter:
     w = LakeWriter(root, config=LakeSettings(**config))
     for i, u in enumerate(urls):
         w.add_canonical(ds, canonicalize(u), ts_ms=1000 + i)
@@ -39,27 +66,28 @@ def _write(root: Path, urls: list[str], ds: int = 1, **config: int) -> LakeWrite
     return w
 
 
-def test_files_are_sorted_by_domain_then_url_and_deduplicated(tmp_path: Path) -> None:
+def test_files_are_sorted_by_domain_then_url_and_deduplicated(lake: ObjectStore) -> None:
     urls = [f"http://h{i % 7}.example{i % 3}.com/p{i % 40}" for i in range(300)]
-    w = _write(tmp_path, urls, row_group_rows=16)
+    w = _write(lake, urls, row_group_rows=16)
     assert sum(f.duplicates_dropped for f in w.written) == 300 - len(set(urls))
+    assert sorted(f.rel for f in w.written) == [lf.path for lf in list_lake_files(lake)]
     for f in w.written:
-        t = pq.read_table(f.path)
+        t = read_lake_table(lake, f.rel)
         assert t.schema.equals(LAKE_SCHEMA)
         rows = [(d, join_url(s, h + d, p, q)) for d, s, h, p, q in zip(
             *(t.column(c).to_pylist() for c in ("domain", "scheme", "host_prefix", "port", "path_query")),
             strict=True)]
         assert rows == sorted(set(rows))
-        meta = pq.ParquetFile(f.path).metadata
+        meta = _meta(lake, f.rel)
         assert meta.row_group(0).column(0).compression == "ZSTD"
         assert "RLE_DICTIONARY" in meta.row_group(0).column(0).encodings  # domain is dictionary-encoded
         assert "DELTA_BYTE_ARRAY" in meta.row_group(0).column(4).encodings  # sorted paths: front coding
         assert meta.row_group(0).column(1).compression == "UNCOMPRESSED"  # scheme: a few bytes per page
 
 
-def test_first_row_of_a_duplicate_url_is_kept(tmp_path: Path) -> None:
-    w = _write(tmp_path, ["http://a.com/x", "http://A.com/x", "http://a.com/y"])
-    t = pq.read_table(w.written[0].path)
+def test_first_row_of_a_duplicate_url_is_kept(lake: ObjectStore) -> None:
+    w = _write(lake, ["http://a.com/x", "http://A.com/x", "http://a.com/y"])
+    t = read_lake_table(lake, w.written[0].rel)
     assert t.column("ts").cast("int64").to_pylist() == [1000, 1002]
 
 
@@ -82,8 +110,8 @@ def test_an_unfinished_temp_file_is_never_listed(tmp_path: Path) -> None:
     assert [lf.path for lf in list_lake_files(tmp_path)] == [w.written[0].path.relative_to(tmp_path).as_posix()]
 
 
-def test_a_full_buffer_publishes_its_largest_partition(tmp_path: Path) -> None:
-    w = LakeWriter(tmp_path, config=LakeSettings(buffer_max_rows=50))
+def test_a_full_buffer_publishes_its_largest_partition(lake: ObjectStore) -> None:
+    w = LakeWriter(lake, config=LakeSettings(buffer_max_rows=50))
     for i in range(120):
         w.add_canonical(1, canonicalize(f"http://big.com/{i}"))
     assert len(w.written) == 2 and w.buffered_rows == 20
@@ -91,13 +119,16 @@ def test_a_full_buffer_publishes_its_largest_partition(tmp_path: Path) -> None:
     assert sum(f.num_rows for f in w.written) == 120
 
 
-def test_compaction_merges_a_partition_and_hides_the_files_it_replaces(tmp_path: Path) -> None:
-    a = _write(tmp_path, ["http://a.com/1", "http://a.com/2"])
-    b = _write(tmp_path, ["http://a.com/2", "http://a.com/3"])
-    old = [f.path.relative_to(tmp_path).as_posix() for f in a.written + b.written]
-    merged = compact_partition(tmp_path, 1, a.written[0].hh, old, row_group_rows=8, zstd_level=3)
+def test_compaction_merges_a_partition_and_hides_the_files_it_replaces(lake: ObjectStore) -> None:
+    from crawlstream.lake import read_replaces
+
+    a = _write(lake, ["http://a.com/1", "http://a.com/2"])
+    b = _write(lake, ["http://a.com/2", "http://a.com/3"])
+    old = [f.rel for f in a.written + b.written]
+    merged = compact_partition(lake, 1, a.written[0].hh, old, row_group_rows=8, zstd_level=3)
     assert merged.num_rows == 3 and merged.duplicates_dropped == 1
-    t = pq.read_table(merged.path)
+    assert read_replaces(lake, merged.rel) == sorted(old)
+    t = read_lake_table(lake, merged.rel)
     assert t.column("path_query").to_pylist() == ["/1", "/2", "/3"]
     assert t.column("ts").cast("int64").to_pylist() == [1000, 1001, 1001]  # /2 from the earlier file
 

@@ -60,7 +60,7 @@ def test_fragmented_partition_is_compacted_and_answers_stay_the_same(tmp_path: P
     )
     tick = compactor.run_once()
     assert tick.compaction is not None and tick.compaction.compacted_partitions == 1
-    assert max_live_files_per_partition(root) == 1
+    assert max_live_files_per_partition(compactor._builder) == 1
     assert served_urls(root, "example.com", 3) == (12, sorted(urls))
     manifest = read_manifest(root)
     assert manifest is not None and len(manifest.versions) <= 2, "gc keeps index.keep_versions"

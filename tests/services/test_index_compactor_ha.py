@@ -1,8 +1,9 @@
 """Two index compactors on one data dir (ADR 028): one builds, the other stands by and takes over
 when the first dies (SIGKILL) or stops (SIGTERM); two never publish at once.
 
-Real parts: two ``crawlstream service index-compactor`` processes, the lake and index on disk;
-each version's manifest entry names the process that built it (``built_by``).
+Real parts: two ``crawlstream service index-compactor`` processes, the lake and index on disk
+(a flock elects the active one) or on a real S3 server (a lease object, ADR 029); each version's
+manifest entry names the process that built it (``built_by``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from crawlstream.index import read_manifest
-from crawlstream.lake import LakeWriter
+from crawlstream.lake import LakeWriter, as_store
+from crawlstream.objectstore import ObjectStore
 from crawlstream.urls import canonicalize
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,8 +33,10 @@ TAKEOVER_LIMIT_S = 15.0  # the bound is POLL_S plus one build; loose for a loade
 class Compactors:
     """The processes, and every version seen in the manifest with who built it."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, lake: ObjectStore | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.lake = lake if lake is not None else as_store(data_dir)
+        self.env = env or {}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.seen: dict[str, str] = {}  # version -> built_by
         self.files = 0
@@ -45,25 +49,23 @@ class Compactors:
             "CRAWLSTREAM_INDEX_STANDBY_POLL_S": str(POLL_S),
             "CRAWLSTREAM_METRICS_PORT": "0",
             "CRAWLSTREAM_LOG_LEVEL": "INFO",
+            **self.env,
         }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "crawlstream", "service", "index-compactor"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.data_dir.parent / f"compactor-{len(self.procs)}.log", "wb"),  # noqa: SIM115
-        )
+        log = open(self.data_dir.parent / f"compactor-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, "-m", "crawlstream", "service", "index-compactor"],
+                                env=env, stdout=log, stderr=log)
         self.procs.append(proc)
         return proc
 
     def write_file(self) -> None:
-        writer = LakeWriter(self.data_dir)
+        writer = LakeWriter(self.lake)
         for i in range(5):
             writer.add_canonical(3, canonicalize(f"https://site{self.files}.example.com/p/{i}"))
         writer.flush()
         self.files += 1
 
     def observe(self) -> None:
-        manifest = read_manifest(self.data_dir)
+        manifest = read_manifest(self.lake)
         for info in manifest.versions if manifest else ():
             self.seen.setdefault(info.version, str(info.stats.get("built_by", "")))
 
@@ -88,9 +90,16 @@ class Compactors:
             proc.wait(timeout=10)
 
 
-@pytest.fixture
-def compactors(tmp_path: Path) -> Iterator[Compactors]:
-    group = Compactors(tmp_path / "data")
+@pytest.fixture(params=["local", "s3"])
+def compactors(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Compactors]:
+    if request.param == "local":
+        group = Compactors(tmp_path / "data")
+    else:
+        from tests.index._s3 import s3_store
+
+        server, prefix = request.getfixturevalue("s3_server"), request.getfixturevalue("s3_prefix")
+        group = Compactors(tmp_path / "data", lake=s3_store(server, prefix),
+                           env={**server.env, "CRAWLSTREAM_LAKE_URI": prefix, "CRAWLSTREAM_INDEX_LEASE_TTL_S": "2"})
     group.data_dir.mkdir()
     try:
         yield group
@@ -103,6 +112,11 @@ def _both_alive_one_builds(group: Compactors) -> tuple[subprocess.Popen[bytes], 
     first = group.start()
     group.wait_for_version_by(first, 30)
     second = group.start()
+    log_file = group.data_dir.parent / "compactor-1.log"
+    started = time.monotonic()  # its start-up (imports) takes seconds on a loaded machine
+    while "standing by" not in log_file.read_text():
+        assert time.monotonic() - started < 60 and second.poll() is None, log_file.read_text()
+        time.sleep(0.1)
     deadline = time.monotonic() + 4.0
     while time.monotonic() < deadline:  # new lake files keep coming; only the active one builds
         group.write_file()
@@ -111,8 +125,6 @@ def _both_alive_one_builds(group: Compactors) -> tuple[subprocess.Popen[bytes], 
         assert second.poll() is None
     assert group.builders() == {str(first.pid)}, group.seen
     assert len(group.seen) >= 3, "the active compactor kept building"
-    log = (group.data_dir.parent / "compactor-1.log").read_text()
-    assert "standing by" in log
     return first, second
 
 

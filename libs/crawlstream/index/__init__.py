@@ -7,7 +7,7 @@ File layouts are in ``_formats`` (pure codecs).
 
 from crawlstream.index._builder import BuildResult, GcResult, IndexBuilder
 from crawlstream.index._formats import FileEntry, Runs, Segment, decode_block, encode_block
-from crawlstream.index._manifest import Manifest, VersionInfo, read_manifest
+from crawlstream.index._manifest import Manifest, ManifestConflict, VersionInfo, read_manifest
 from crawlstream.index._reader import DatasetCount, IndexReader, NotCached, PinnedIndex, UrlItem, UrlPage
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "IndexBuilder",
     "IndexReader",
     "Manifest",
+    "ManifestConflict",
     "NotCached",
     "PinnedIndex",
     "Runs",

@@ -17,6 +17,13 @@ when the process dies or closes it on a stop); a standby tries it every
 compactors never publish at once; the builder's own lock (``index/.build.lock``) also keeps a
 manual ``crawlstream index build`` from racing the active one.
 
+On S3 (``index.uri``) there is no flock: the active compactor holds a *lease* object,
+``index/.compactor.lease`` (holder id and expiry), taken with a conditional create (or a
+compare-and-swap on an expired one) and renewed by compare-and-swap every tick and standby poll;
+it lasts ``index.lease_ttl_s``. A standby takes over an expired lease. A paused holder whose lease
+expired cannot publish a stale version: its build's flip is a compare-and-swap on the manifest,
+which fails once the new holder flipped (ADR 029).
+
 A storage error is logged and retried at the next tick; anything else propagates. Standalone,
 ``settings.heartbeat_file`` is touched before and after each tick, and each standby poll (its
 age is at most one interval or one build, whichever is longer: the liveness probe allows both).
@@ -24,29 +31,32 @@ age is at most one interval or one build, whichever is longer: the liveness prob
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import TransientError
 from crawlstream.index import BuildResult, IndexBuilder, read_manifest
-from crawlstream.index._manifest import index_dir
+from crawlstream.index._builder import builder_id
 from crawlstream.lake import list_lake_files
 from crawlstream.metrics import IndexMetrics, per_registry
+from crawlstream.objectstore import ObjectStore
 from crawlstream.runtime import Heartbeat, Host, install_stop_signals
 from crawlstream.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-ACTIVE_LOCK = ".compactor.lock"  # under index/: held by the active compactor
+ACTIVE_LOCK = ".compactor.lock"  # under index/: held by the active compactor (local disk)
+LEASE_REL = "index/.compactor.lease"  # on S3: the active compactor's lease object
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,47 @@ class TickResult:
     gc_removed_versions: int
 
 
-def max_live_files_per_partition(root: Path) -> int:
+def max_live_files_per_partition(builder: IndexBuilder) -> int:
     """The most live (not retired by a compaction) lake files any (dataset, prefix) holds."""
-    manifest = read_manifest(root)
+    manifest = read_manifest(builder.index_store)
     retired = set(manifest.current().stats.get("retired", [])) if manifest else set()
-    counts = Counter((lf.dataset_id, lf.hh) for lf in list_lake_files(root) if lf.path not in retired)
+    counts = Counter((lf.dataset_id, lf.hh) for lf in list_lake_files(builder.lake_store) if lf.path not in retired)
     return max(counts.values(), default=0)
+
+
+class Lease:
+    """The S3 stand-in for the active lock: ``index/.compactor.lease`` = {holder, expires_at}.
+
+    ``acquire`` creates it if absent, or swaps it (compare-and-swap on its ETag) if this holder
+    has it or it expired; each call renews it for ``ttl_s``. False: another live holder has it, or
+    a competitor's swap won the race."""
+
+    def __init__(self, store: ObjectStore, ttl_s: float, *, holder: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store, self.ttl_s, self.clock = store, ttl_s, clock
+        self.holder = holder or f"{builder_id()}:{uuid.uuid4().hex[:8]}"
+
+    def acquire(self) -> bool:
+        now = self.clock()
+        body = json.dumps({"holder": self.holder, "expires_at": now + self.ttl_s}).encode()
+        found = self.store.read_tagged(LEASE_REL)
+        if found is None:
+            return self.store.create(LEASE_REL, body)
+        data, tag = found
+        try:
+            doc = json.loads(data)
+            holder, expires = str(doc["holder"]), float(doc["expires_at"])
+        except (ValueError, KeyError, TypeError):
+            holder, expires = "", 0.0  # unreadable: treated as expired
+        if holder != self.holder and expires > now:
+            return False
+        return self.store.replace_if(LEASE_REL, body, tag)
+
+    def release(self) -> None:
+        """Expire it now if this holder still has it (a standby takes over at its next poll)."""
+        found = self.store.read_tagged(LEASE_REL)
+        if found is not None and json.loads(found[0]).get("holder") == self.holder:
+            self.store.replace_if(LEASE_REL, json.dumps({"holder": "", "expires_at": 0}).encode(), found[1])
 
 
 class IndexCompactor:
@@ -77,8 +122,12 @@ class IndexCompactor:
         heartbeat: Callable[[], None] | None = None,
         metrics: IndexMetrics | None = None,
         standby_poll_s: float = 1.0,
+        lease_ttl_s: float = 30.0,
     ) -> None:
         self._builder = builder
+        # S3: a lease object instead of the flock (None locally)
+        self._s3_lease = None if builder.index_store.is_local else Lease(builder.index_store, lease_ttl_s)
+        self._leased = False
         self._metrics = metrics
         self._heartbeat = heartbeat or (lambda: None)
         self._interval_s = interval_s
@@ -95,7 +144,7 @@ class IndexCompactor:
         self._observe("full" if build.full else "incremental", build)
         # 2. compaction when fragmented
         compaction = None
-        if max_live_files_per_partition(self._builder.root) >= self._compact_min_files:
+        if max_live_files_per_partition(self._builder) >= self._compact_min_files:
             compaction = self._builder.compact(min_files=self._compact_min_files)
             self._observe("compaction", compaction)
             logger.info("index-compactor: compacted %d lake partitions", compaction.compacted_partitions)
@@ -116,12 +165,20 @@ class IndexCompactor:
 
     @property
     def active(self) -> bool:
-        return self._lease is not None
+        return self._lease is not None or self._leased
 
     def try_activate(self) -> bool:
-        """Take the active lock if no other compactor holds it (kept until ``close``)."""
+        """Take the active lock if no other compactor holds it (kept until ``close``); on S3 take
+        or renew the lease (called before every tick: a holder that lost it stands by)."""
+        if self._s3_lease is not None:
+            was, self._leased = self._leased, self._s3_lease.acquire()
+            if self._leased != was:
+                logger.info("index-compactor: %s", "active (lease taken)" if self._leased else "lease lost")
+            if self._metrics is not None:
+                self._metrics.active.set(int(self._leased))
+            return self._leased
         if self._lease is None:
-            lock_dir = index_dir(self._builder.root)
+            lock_dir = self._builder.index_store.local_path("index")
             lock_dir.mkdir(parents=True, exist_ok=True)
             self._lease = try_lock_exclusive(lock_dir / ACTIVE_LOCK)
             if self._lease is not None:
@@ -131,14 +188,14 @@ class IndexCompactor:
         return self._lease is not None
 
     def run(self) -> None:
-        logger.info("index-compactor: building every %.1fs under %s", self._interval_s, self._builder.root)
-        manifest = read_manifest(self._builder.root)
+        logger.info("index-compactor: building every %.1fs under %s", self._interval_s, self._builder.index_store)
+        manifest = read_manifest(self._builder.index_store)
         if self._metrics is not None and manifest is not None:
             self._metrics.set_current(manifest.current_version)  # before the first build: a restart shows it
         standing_by = False
         while not self._stop.is_set():
             self._heartbeat()
-            if not self.try_activate():
+            if not self._activate_or_stand_by():
                 if not standing_by:
                     logger.info("index-compactor: standing by (another compactor is active)")
                     standing_by = True
@@ -146,19 +203,46 @@ class IndexCompactor:
                 continue
             try:
                 self.run_once()
-            except TransientError as exc:
+            except TransientError as exc:  # S3 down, or (S3) another builder flipped first
                 if self._metrics is not None:
                     self._metrics.build_failures.inc()
                 logger.error("index-compactor: tick failed, retrying in %.1fs: %s", self._interval_s, exc)
             self._heartbeat()
-            self._stop.wait(self._interval_s)
+            self._wait_interval()
         logger.info("index-compactor: stopped")
+
+    def _activate_or_stand_by(self) -> bool:
+        try:
+            return self.try_activate()
+        except TransientError as exc:  # S3 unreachable: neither take nor keep the lease
+            logger.error("index-compactor: cannot reach the lease: %s", exc)
+            self._leased = False
+            return False
+
+    def _wait_interval(self) -> None:
+        """Wait one build interval; on S3 renew the lease every third of its TTL meanwhile."""
+        if self._s3_lease is None:
+            self._stop.wait(self._interval_s)
+            return
+        deadline = time.monotonic() + self._interval_s
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            self._stop.wait(min(left, self._s3_lease.ttl_s / 3))
+            if not self._stop.is_set() and not self._activate_or_stand_by():
+                return
 
     def stop(self) -> None:
         self._stop.set()
 
     def close(self) -> None:
         """Give up the active lock (a standby takes over); every tick's work is on disk already."""
+        if self._s3_lease is not None and self._leased:
+            self._leased = False
+            try:
+                self._s3_lease.release()
+            except TransientError as exc:  # it expires by itself
+                logger.warning("index-compactor: could not release the lease: %s", exc)
+            if self._metrics is not None:
+                self._metrics.active.set(0)
         if self._lease is not None:
             os.close(self._lease)
             self._lease = None
@@ -178,6 +262,7 @@ def from_settings(
         interval_s=settings.index.build_interval_s,
         compact_min_files=settings.index.compact_min_files,
         standby_poll_s=settings.index.standby_poll_s,
+        lease_ttl_s=settings.index.lease_ttl_s,
         stop_event=stop_event,
         heartbeat=heartbeat,
         metrics=per_registry(IndexMetrics, registry),

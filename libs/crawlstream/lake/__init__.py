@@ -1,4 +1,5 @@
-"""The Parquet lake: ``urls/dataset_id=<id>/domain_prefix=<hh>/part-*.parquet``.
+"""The Parquet lake: ``urls/dataset_id=<id>/domain_prefix=<hh>/part-*.parquet`` in an object store
+(a local directory or an S3 prefix, ``crawlstream.objectstore``).
 
 Writer (:class:`LakeWriter`), schema and URL split, atomic publication, listing and
 partition compaction; the alias map (redirect hops, raw forms) as rows of two reserved
@@ -21,11 +22,12 @@ from crawlstream.lake._aliases import (
     raw_form_extras,
     redirect_extras,
 )
-from crawlstream.lake._compact import compact_partition
+from crawlstream.lake._compact import compact_partition, read_lake_table
 from crawlstream.lake._files import (
     COMPACTED_PREFIX,
     REPLACES_KEY,
     LakeFile,
+    as_store,
     is_compacted,
     list_lake_files,
     partition_dir,
@@ -70,6 +72,7 @@ __all__ = [
     "RedirectChain",
     "RedirectHop",
     "WrittenFile",
+    "as_store",
     "build_table",
     "compact_partition",
     "derive_url_key",
@@ -87,6 +90,7 @@ __all__ = [
     "parse_redirect",
     "partition_dir",
     "raw_form_extras",
+    "read_lake_table",
     "read_replaces",
     "redirect_extras",
     "register_duckdb",

@@ -1,8 +1,9 @@
-"""Lake layout on a local file system: paths, atomic publication, listing and row reads.
+"""Lake layout in an object store (a local directory or an S3 prefix): paths, listing, row reads.
 
-Layout: ``<root>/urls/dataset_id=<id>/domain_prefix=<hh>/part-<unique>.parquet``. A file
-becomes visible only by ``rename`` after its bytes are fsynced, so a crash never leaves a
-half file under a name readers or the index builder pick up (they only take ``part-*.parquet``).
+Layout: ``urls/dataset_id=<id>/domain_prefix=<hh>/part-<unique>.parquet`` under the lake's
+location. A file becomes visible only whole (``ObjectStore.writing``: locally a ``rename`` after
+its bytes are fsynced, on S3 one upload after it is complete), so a crash never leaves a half
+file under a name readers or the index builder pick up (they only take ``part-*.parquet``).
 Compaction writes a merged file whose Parquet key-value metadata ``crawlstream.replaces``
 lists the files it supersedes (a JSON list of relative paths); listing hides those.
 """
@@ -21,11 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crawlstream.lake import _schema
+from crawlstream.objectstore import ObjectStore, parse_location
 
 __all__ = [
     "COMPACTED_PREFIX",
     "REPLACES_KEY",
     "LakeFile",
+    "as_store",
     "is_compacted",
     "list_lake_files",
     "partition_dir",
@@ -46,8 +49,20 @@ class LakeFile:
     path: str  # relative to the lake root
 
 
-def partition_dir(root: Path, dataset_id: int, hh: str) -> Path:
-    return root / "urls" / f"dataset_id={dataset_id}" / f"domain_prefix={hh}"
+def as_store(root: ObjectStore | Path | str) -> ObjectStore:
+    """The store of a lake (or index) root; a ``Path`` is a local directory (a convenience for
+    embedded callers and tests: services pass ``open_objects(lake_location(settings), ...)``)."""
+    if isinstance(root, ObjectStore):
+        return root
+    from crawlstream.objectstore import open_objects
+    from crawlstream.settings import S3Settings
+
+    return open_objects(parse_location(root), S3Settings())
+
+
+def partition_dir(dataset_id: int, hh: str) -> str:
+    """The partition's directory, relative to the lake's location."""
+    return f"urls/dataset_id={dataset_id}/domain_prefix={hh}"
 
 
 COMPACTED_PREFIX = "part-c-"
@@ -58,15 +73,39 @@ def is_compacted(rel_path: str) -> bool:
     return rel_path.rsplit("/", 1)[-1].startswith(COMPACTED_PREFIX)
 
 
-def read_replaces(path: Path) -> list[str]:
-    meta = pq.read_metadata(path).metadata or {}
+def read_replaces(store: ObjectStore, rel: str) -> list[str]:
+    """The files a compacted file replaces (its Parquet key-value metadata; on S3 a HEAD and
+    the footer's ranged GETs)."""
+    if store.is_local:
+        meta = pq.read_metadata(store.local_path(rel)).metadata or {}
+    else:
+        with store.open_input(rel) as fh:
+            meta = store.retry.run(f"footer of {store.uri(rel)}", lambda: pq.read_metadata(fh).metadata,
+                                   lambda e: isinstance(e, OSError)) or {}
     raw = meta.get(REPLACES_KEY)
     return list(json.loads(raw)) if raw else []
 
 
-def list_lake_files(root: Path) -> Iterator[LakeFile]:
+def _parse_lake_rel(rel: str) -> LakeFile | None:
+    parts = rel.split("/")
+    if len(parts) != 4 or parts[0] != "urls":
+        return None
+    ds, part, name = parts[1], parts[2], parts[3]
+    hh = part[len("domain_prefix="):]
+    if not (ds.startswith("dataset_id=") and ds[11:].isdigit() and part.startswith("domain_prefix=")
+            and _HH_RE.match(hh) and name.startswith("part-") and name.endswith(".parquet")):
+        return None
+    return LakeFile(int(ds[11:]), hh, rel)
+
+
+def list_lake_files(store: ObjectStore | Path) -> Iterator[LakeFile]:
     """Every published lake file, sorted by path (build time only; readers never list)."""
-    base = root / "urls"
+    store = as_store(store)
+    if not store.is_local:
+        found_s3 = [lf for o in store.list("urls") if (lf := _parse_lake_rel(o.rel)) is not None]
+        yield from sorted(found_s3, key=lambda lf: lf.path)
+        return
+    base = store.local_path("urls")
     if not base.is_dir():
         return
     found = []

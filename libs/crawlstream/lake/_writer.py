@@ -9,7 +9,10 @@ Contract for callers (the ``crawlstream ingest`` command, the parquet-sink servi
 * Every file is sorted by (domain, url) and holds each (dataset_id, url) once (first row
   kept). Duplicates *across* files (a replay, two ingests) are removed by readers and by
   ``crawlstream index compact``; see docs/decisions/004-lake-row-groups.md.
-* Files appear atomically (``crawlstream.durable.replacing``: temp name, fsync, rename, fsync dir).
+* Files appear whole (``ObjectStore.writing``: locally temp name, fsync, rename, fsync dir; on
+  S3 a local spool file uploaded after it is complete, never a half object at a final key).
+* Parquet page checksums are written (CRC32 per page), so a reader verifies what it got from
+  object storage; they cost ~0.1% of the lake's bytes (ADR 029).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from crawlstream.durable import replacing
-from crawlstream.lake._files import REPLACES_KEY, partition_dir
+from crawlstream.lake._files import REPLACES_KEY, as_store, partition_dir
 from crawlstream.lake._schema import LAKE_SCHEMA, host_prefix, split_url
+from crawlstream.objectstore import ObjectStore
 from crawlstream.settings import LakeSettings
 
 if TYPE_CHECKING:
@@ -59,6 +62,7 @@ def parquet_options(zstd_level: int) -> dict[str, Any]:
         "use_dictionary": DICTIONARY_COLUMNS,
         "column_encoding": COLUMN_ENCODING,
         "write_statistics": ["domain"],  # lets DuckDB & co. prune row groups by domain
+        "write_page_checksum": True,  # readers of object storage verify pages (ADR 029)
     }
 
 
@@ -66,10 +70,11 @@ def parquet_options(zstd_level: int) -> dict[str, Any]:
 class WrittenFile:
     dataset_id: int
     hh: str
-    path: Path
+    path: Path | str  # a local lake: the file's path; on S3: its s3:// URI
     num_rows: int
     duplicates_dropped: int
     size_bytes: int
+    rel: str = ""  # relative to the lake's location (urls/...)
 
 
 @dataclass(slots=True)
@@ -88,26 +93,28 @@ def _hh(domain: str) -> str:
 
 def write_lake_file(
     table: pa.Table,
-    directory: Path,
+    store: ObjectStore | Path,
+    directory: str,
     *,
     row_group_rows: int,
     zstd_level: int,
     replaces: Sequence[str] = (),
     tag: str = "",
-) -> tuple[Path, int]:
-    """Publish ``table`` (already in lake order and schema) atomically; return (path, size).
-    ``tag`` names the writer in the file name (``part-<ms>-<tag>-<random>``: which sink member
-    wrote it); the random part alone keeps two writers' names apart."""
+) -> tuple[str, int]:
+    """Publish ``table`` (already in lake order and schema) whole under ``directory`` (relative
+    to the store); return (its relative path, size). ``tag`` names the writer in the file name
+    (``part-<ms>-<tag>-<random>``: which sink member wrote it); the random part alone keeps two
+    writers' names apart."""
     import json
 
-    directory.mkdir(parents=True, exist_ok=True)
+    store = as_store(store)
     kind = "part-c-" if replaces else "part-"  # compaction output is recognisable by name
     middle = f"{_TAG_UNSAFE.sub('_', tag)[:40]}-" if tag else ""
     name = f"{kind}{int(time.time() * 1000):013d}-{middle}{uuid.uuid4().hex[:12]}.parquet"
-    final = directory / name
+    rel = f"{directory}/{name}"
     if replaces:
         table = table.replace_schema_metadata({REPLACES_KEY: json.dumps(list(replaces)).encode()})
-    with replacing(final) as staging:
+    with store.writing(rel) as staging:
         pq.write_table(
             table,
             staging,
@@ -117,7 +124,8 @@ def write_lake_file(
             # back to LAKE_SCHEMA. Compacted files need it: it carries `replaces`.
             store_schema=bool(replaces),
         )
-    return final, final.stat().st_size
+        size = staging.stat().st_size
+    return rel, size
 
 
 def sort_dedupe(urls: pa.Array, domains: pa.Array) -> tuple[pa.Array, int]:
@@ -139,7 +147,7 @@ class LakeWriter:
 
     def __init__(
         self,
-        root: Path,
+        root: ObjectStore | Path,
         *,
         config: LakeSettings | None = None,
         on_file: Callable[[WrittenFile], None] | None = None,
@@ -148,8 +156,10 @@ class LakeWriter:
     ) -> None:
         """``config``: the ``lake.*`` settings (taken whole; their defaults when None): this writer
         reads ``row_group_rows``, ``file_max_rows``, ``buffer_max_rows`` and ``zstd_level``.
-        ``file_tag``: the writer's name in its files' names (a sink member's staging name)."""
-        self.root = Path(root)
+        ``file_tag``: the writer's name in its files' names (a sink member's staging name).
+        ``root``: the lake's store (``open_objects(lake_location(settings), settings.s3)``), or a
+        local directory."""
+        self.store = as_store(root)
         self.config = config if config is not None else LakeSettings()
         self.on_file = on_file
         self.io_threads = io_threads
@@ -164,7 +174,9 @@ class LakeWriter:
         """A writer with the lake settings; ``zstd_level`` replaces ``lake.zstd_level`` (the sink's
         ``lake.sink_zstd_level``); ``kwargs``: ``on_file``, ``io_threads``, ``file_tag``."""
         config = settings.lake if zstd_level is None else replace(settings.lake, zstd_level=zstd_level)
-        return cls(settings.data_dir, config=config, **kwargs)
+        from crawlstream.objectstore import lake_location, open_objects
+
+        return cls(open_objects(lake_location(settings), settings.s3), config=config, **kwargs)
 
     def __enter__(self) -> LakeWriter:
         return self
@@ -212,7 +224,9 @@ class LakeWriter:
         self.add(dataset_id, canonical.url, canonical.domain, ts_ms, extras)
 
     def flush(self) -> list[WrittenFile]:
-        """Publish every buffered partition; return the files written by this call."""
+        """Publish every buffered partition; return the files written by this call. If a file
+        cannot be published (``StorageUnavailable``) its rows stay buffered and the error is
+        raised after the others were published: a caller never forgets rows it did not publish."""
         before = len(self.written)
         # Sorting is CPU (GIL) bound; writing + fsync is I/O bound and overlaps in threads,
         # which matters because small datasets spread over 256 prefixes make many small files.
@@ -225,10 +239,19 @@ class LakeWriter:
                 self._buffered -= len(buf.urls)
                 table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
                 fut = pool.submit(self._write_file, table, key)
-                pending.append((key, table.num_rows, dropped, fut))
-            for (dataset_id, hh), rows, dropped, fut in pending:
-                path, size = fut.result()
-                self._record(WrittenFile(dataset_id, hh, path, rows, dropped, size))
+                pending.append((key, buf, table.num_rows, dropped, fut))
+            failed: BaseException | None = None
+            for (dataset_id, hh), buf, rows, dropped, fut in pending:
+                try:
+                    rel, size = fut.result()
+                except Exception as exc:  # storage down: keep the rows, a later flush publishes them
+                    self._buffers[(dataset_id, hh)] = buf
+                    self._buffered += len(buf.urls)
+                    failed = failed or exc
+                    continue
+                self._record(self._written(dataset_id, hh, rel, rows, dropped, size))
+            if failed is not None:
+                raise failed
         return self.written[before:]
 
     def _record(self, written: WrittenFile) -> None:
@@ -248,13 +271,23 @@ class LakeWriter:
         dataset_id, hh = key
         self._buffered -= len(buf.urls)
         table, dropped = build_table(buf.urls, buf.domains, buf.ts_ms, buf.extras)
-        path, size = self._write_file(table, key)
-        self._record(WrittenFile(dataset_id, hh, path, table.num_rows, dropped, size))
+        try:
+            rel, size = self._write_file(table, key)
+        except Exception:
+            self._buffers[key] = buf  # kept for a later flush (see ``flush``)
+            self._buffered += len(buf.urls)
+            raise
+        self._record(self._written(dataset_id, hh, rel, table.num_rows, dropped, size))
 
-    def _write_file(self, table: pa.Table, key: tuple[int, str]) -> tuple[Path, int]:
+    def _written(self, dataset_id: int, hh: str, rel: str, rows: int, dropped: int, size: int) -> WrittenFile:
+        path = self.store.local_path(rel) if self.store.is_local else self.store.uri(rel)
+        return WrittenFile(dataset_id, hh, path, rows, dropped, size, rel)
+
+    def _write_file(self, table: pa.Table, key: tuple[int, str]) -> tuple[str, int]:
         return write_lake_file(
             table,
-            partition_dir(self.root, *key),
+            self.store,
+            partition_dir(*key),
             row_group_rows=self.config.row_group_rows,
             zstd_level=self.config.zstd_level,
             tag=self.file_tag,

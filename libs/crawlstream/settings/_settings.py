@@ -457,6 +457,18 @@ class IndexSettings:
         "takes over within this (one active at a time: a lock that dies with its process, ADR 028)",
         check=positive,
     )
+    gc_grace_s: float = setting(
+        600.0,
+        "index gc on S3 (no PIN locks there): a version, and a lake file compaction retired, is deleted only "
+        "this long after it stopped being current; longer than any request (api.request_timeout_s), ADR 029",
+        check=positive,
+    )
+    lease_ttl_s: float = setting(
+        30.0,
+        "index-compactor on S3 (no flock there): the active compactor's lease (index/.compactor.lease) lasts "
+        "this long unless renewed; a standby takes it over after it expired (ADR 029)",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
