@@ -166,6 +166,24 @@ class Segments:
         assert self.archive is not None
         self.archive.upload(name, self.path(name))
 
+    def offload_local_archive(self) -> list[str]:
+        """Upload and offload the archive segments still local though an archive store is set: ones
+        a kill left between a batch's writing and its uploads, whose records start-up recovery
+        re-indexed (pages point at them). Called at open, after garbage collection, under the lock."""
+        if self.archive is None:
+            return []
+        moved = []
+        for path in self.local_files():
+            name = self.name(path)
+            if path.parent.name != ARCHIVE_TIER or name in self.in_flight or name == self.active_name:
+                continue
+            self.upload(name)
+            self.offload(name)
+            moved.append(name)
+        if moved:
+            logger.info("archive segments left local by an interrupted batch uploaded: %s", ", ".join(moved))
+        return moved
+
     def offload(self, name: str) -> None:
         """After the swap: reads of ``name`` go to its object, and the local copy is removed. Under the lock."""
         path = self.path(name)

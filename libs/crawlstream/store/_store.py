@@ -204,6 +204,7 @@ class ContentStore:
             self._index.build(puts + recovered, ops)
         with lock:
             self._tiering.collect_garbage()
+            self._segments.offload_local_archive()
 
     def _key_of(self, url: str) -> int:
         return describe_url(url, self._key_fn).url_key
