@@ -312,36 +312,35 @@ class IndexReader:
         return PinnedIndex(self, v, cached_only)
 
     def _pin_version(self, name: str, cached_only: bool) -> PinnedIndex:
-        """Pin version ``name``: open already, or listed by the manifest (opened now), else VersionGone."""
+        """Pin version ``name`` if the manifest lists it (opening it if needed), else VersionGone."""
+        self.pin(cached_only=cached_only).release()  # the manifest as fresh as for any request
         for attempt in range(3):
             with self._lock:
-                v = self._versions.get(name)
+                manifest = self._manifest
+                info = next((i for i in manifest.versions if i.version == name), None) if manifest else None
+                v = self._versions.get(name) if info is not None else None
                 if v is not None:
                     v.refs += 1
                     self._idle.pop(name, None)
                     return PinnedIndex(self, v, cached_only)
             if cached_only:
                 raise NotCached(f"index version {name} is not open")
-            if attempt == 0:  # the current manifest first (the version may be the new current one)
-                self.pin().release()
-                continue
-            if attempt == 1 and self.remote:  # it may be newer than our last poll (another replica)
-                self._poll()
-            manifest = self._manifest
-            info = next((i for i in manifest.versions if i.version == name), None) if manifest else None
             if info is None:
+                if attempt == 0 and self.remote:  # it may be newer than our last poll (another replica)
+                    self._poll()
+                    continue
                 break
             try:
                 opened = self._open(info)
             except (FileNotFoundError, VersionGone):
                 break
             with self._lock:
-                if name in self._versions:
+                if name in self._versions:  # another request opened it meanwhile
                     opened.close()
                     continue
                 opened.current = False
-                self._versions[name] = opened
                 opened.refs += 1
+                self._versions[name] = opened
                 return PinnedIndex(self, opened, cached_only)
         current = self._current.version if self._current is not None else "none"
         raise VersionGone(f"index version {name} is no longer kept (now serving {current}): "
@@ -395,7 +394,7 @@ class IndexReader:
                         return pf.read_row_group(rg, columns=list(columns or ROW_COLUMNS), use_threads=False)
                 except _PASS_THROUGH:
                     raise
-                except (OSError, pa.ArrowException) as exc:
+                except (OSError, pa.ArrowException, ChecksumMismatch) as exc:
                     self._parquet.pop(rel)
                     if attempt:
                         logger.error("lake file %s row group %d cannot be decoded: %s", self._lake.uri(rel), rg, exc)

@@ -255,13 +255,20 @@ class RemoteFiles:
         raise AssertionError("unreachable")
 
     def _ranged(self, handle: pa.NativeFile, rel: str, offset: int, length: int, crc: int | None) -> bytes:
+        what = f"{self._store.uri(rel)} [{offset}+{length}]"
         for attempt in (0, 1):
-            data = self._call(rel, lambda: self._store.read_range(handle, rel, offset, length))
+            try:
+                data = self._call(rel, lambda: self._store.read_range(handle, rel, offset, length))
+            except ChecksumMismatch:  # the SDK's own check of a whole-object GET
+                if attempt:
+                    raise
+                logger.warning("%s failed its checksum; reading it again", what)
+                continue
             if _check(data, crc):
                 return data
             if attempt:
-                raise _mismatch(f"{self._store.uri(rel)} [{offset}+{length}]", data, crc)
-            logger.warning("%s [%d+%d] failed its checksum; reading it again", self._store.uri(rel), offset, length)
+                raise _mismatch(what, data, crc)
+            logger.warning("%s failed its checksum; reading it again", what)
         raise AssertionError("unreachable")
 
     def read_small(self, role: str) -> bytes:

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from crawlstream.durable import try_lock_exclusive, write_atomically
-from crawlstream.errors import StorageUnavailable
+from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 from crawlstream.objectstore._location import Location
 
 __all__ = ["ObjectInfo", "ObjectStore", "RetryPolicy"]
@@ -93,8 +93,15 @@ class ObjectInfo:
     mtime: float  # seconds since the epoch
 
 
+def _checksum_error(exc: BaseException) -> bool:
+    """The SDK under pyarrow found the bytes it received do not match the checksum the server
+    sent (a full-object GET): corrupt data, not an outage; retrying until the deadline won't help."""
+    return isinstance(exc, OSError) and "checksums mismatch" in str(exc).lower()
+
+
 def _pyarrow_transient(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, IsADirectoryError))
+    return (isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, IsADirectoryError))
+            and not _checksum_error(exc))
 
 
 def _boto_status(exc: BaseException) -> tuple[str, int]:
@@ -181,7 +188,12 @@ class ObjectStore:
         return self.retry.run(what, fn, _boto_transient)
 
     def _pa(self, what: str, fn: Callable[[], T]) -> T:
-        return self.retry.run(what, fn, _pyarrow_transient)
+        try:
+            return self.retry.run(what, fn, _pyarrow_transient)
+        except OSError as exc:
+            if _checksum_error(exc):
+                raise ChecksumMismatch(f"{what}: the bytes received do not match the server's checksum: {exc}") from exc
+            raise
 
     # -- reading ---------------------------------------------------------------------------
 
