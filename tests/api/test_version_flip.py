@@ -85,7 +85,7 @@ def _no_aliases(requested: str, holding: list[int]) -> dict[str, Any]:
 
 
 def _observed(body: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in body.items() if k not in {"index_version", "domain_id", "items"}}
+    out = {k: v for k, v in body.items() if k not in {"index_version", "domain_id", "items", "next"}}
     if "items" in body:
         out["urls"] = [i["url"] for i in body["items"]]
     return out
