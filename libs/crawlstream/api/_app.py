@@ -8,7 +8,12 @@ Contract:
   401 carry no version.
 * User input can only produce 4xx: inputs are validated in ``_inputs`` before any index call.
   A 500 means a bug: it is logged with the request id (``X-Request-Id``) and the body is
-  generic. An unavailable index (no manifest yet, storage down) is a 503.
+  generic. An unavailable index (no manifest yet, storage down) is a 503; stored bytes that
+  fail their checksum are a 502 (``corrupt_data``, logged and counted), never a wrong answer.
+* A page names the next one (``next``: offset, limit and ``version=<index_version>``), so a
+  paging client reads every page from one version; once gc removed it, 410 (``version_gone``).
+* An index on S3 (``index.uri``) never reads on the event loop: what is not in the reader's
+  memory is read on the pool (``_run``), and an outage is a fast 503 (the reader's breaker).
 * Where the work runs was decided by measurement (bench/bench_api.py, quick mode, 2 shared
   cores, 16 connections): warm reads are GIL-bound, so a thread-pool hop only adds cost for
   work that never blocks. ``/v1/domain`` and ``/healthz`` (memory-mapped index lookups) run
@@ -525,11 +530,11 @@ def serve(settings: Settings) -> int:
     app = from_settings(settings)
     app.on_startup.append(_settle)
     logger.info(
-        "query API listening on http://%s:%d (index under %s, tokens %s, anonymous reads %s, max_limit %d, "
+        "query API listening on http://%s:%d (index at %s, tokens %s, anonymous reads %s, max_limit %d, "
         "content store %s)",
         settings.api.host,
         settings.api.port,
-        settings.data_dir,
+        app[_APP_KEY].reader.index_store,
         app[_APP_KEY].access.source,
         "on" if app[_APP_KEY].access.anonymous_reads else "off",
         settings.api.max_limit,
