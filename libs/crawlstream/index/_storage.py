@@ -104,28 +104,49 @@ class Lru(Generic[K, V]):
 
 class Breaker:
     """After object storage failed (a ``StorageUnavailable``: the store's retries ran out), calls
-    fail at once for ``probe_s``; then one call probes again. During an outage one request per
-    ``probe_s`` waits out the store's deadline and every other one is a fast 503."""
+    fail at once; every ``probe_s`` one call (one at a time) tries again, and its success closes
+    the breaker. During an outage one request at a time waits out the store's deadline and every
+    other one is a fast 503; reads from memory go on."""
 
     def __init__(self, probe_s: float = 1.0) -> None:
         self.probe_s = probe_s
+        self._lock = threading.Lock()
+        self._failed = False
+        self._probing = False
         self._down_until = 0.0
         self._cause = ""
 
     @property
     def down(self) -> bool:
-        return time.monotonic() < self._down_until
+        return self._failed
 
     def call(self, fn: Callable[[], T]) -> T:
-        if time.monotonic() < self._down_until:
-            raise StorageUnavailable(f"object storage unavailable (next attempt within {self.probe_s:g} s): "
-                                     f"{self._cause}")
+        probe = False
+        with self._lock:
+            if self._failed:
+                if self._probing or time.monotonic() < self._down_until:
+                    raise StorageUnavailable(f"object storage unavailable (retried every {self.probe_s:g} s): "
+                                             f"{self._cause}")
+                self._probing = probe = True
         try:
-            return fn()
+            result = fn()
         except StorageUnavailable as exc:
-            self._down_until = time.monotonic() + self.probe_s
-            self._cause = str(exc)[:300]
+            with self._lock:
+                self._failed = True
+                self._down_until = time.monotonic() + self.probe_s
+                self._cause = str(exc)[:300]
+                if probe:
+                    self._probing = False
             raise
+        except BaseException:
+            if probe:
+                with self._lock:
+                    self._probing = False
+            raise
+        if self._failed:
+            with self._lock:
+                self._failed = self._probing = False
+        return result
 
 
 def _check(data: bytes, crc: int | None) -> bool:
