@@ -12,7 +12,7 @@ import pytest
 
 from crawlstream.devtools.locals3 import LocalS3
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
-from crawlstream.index import IndexBuilder, IndexReader, VersionGone, read_manifest
+from crawlstream.index import IndexBuilder, IndexReader, NotCached, VersionGone, read_manifest
 from crawlstream.objectstore import ObjectStore, RetryPolicy
 from crawlstream.settings import IndexSettings, LakeSettings
 from tests.api._lake import expected_urls, write_lake
@@ -243,4 +243,25 @@ def test_a_listed_old_version_is_served_by_name_and_a_removed_one_is_version_gon
         reader.pin(version=first)
     with pytest.raises(VersionGone):
         reader.pin(version="000999-20990101T000000Z")
+    reader.close()
+
+
+def test_a_cached_only_pin_never_reads_s3_and_the_block_cache_is_bounded_by_bytes(
+    tmp_path: Path, s3_server: LocalS3, s3_prefix: str
+) -> None:
+    _build(tmp_path, LAKE)
+    store = s3_store(s3_server, s3_prefix)
+    upload_tree(tmp_path, store)
+    reader = IndexReader(index_store=store, lake_store=store, postings_cache_bytes=1)
+    with pytest.raises(NotCached):
+        reader.pin(cached_only=True)  # nothing open yet: the manifest poll would read S3
+    reader.pin().release()
+    before = dict(store.requests)
+    with reader.pin(cached_only=True) as idx, pytest.raises(NotCached):
+        idx.datasets_for_domain("flip.com")  # its block is not in memory
+    assert dict(store.requests) == before
+    with reader.pin() as idx:
+        idx.datasets_for_domain("flip.com")
+        idx.datasets_for_domain("flip.com")  # a 1-byte budget keeps no block: fetched again
+    assert store.requests["GET"] - before.get("GET", 0) == 2
     reader.close()
