@@ -212,7 +212,7 @@ def _cold_latency(root: Path, queries: list[tuple[str, int]], deep: tuple[str, i
 def _domain_dictionary(domains: list[str]) -> dict[str, Any]:
     """ADR 003: bytes/domain and lookup time of the candidate domain -> id structures."""
     from crawlstream.index._formats import domain_offsets
-    from crawlstream.index._reader import _Domains
+    from crawlstream.index._version import _Domains
 
     doms = sorted(set(domains))
     blob = "\n".join(doms).encode()

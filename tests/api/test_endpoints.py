@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,19 @@ from crawlstream.urls import url_key
 from tests.api._lake import BIG, DATASETS, TS_MS, expected_urls, run_client
 
 Client = TestClient[Any, Any]
+
+
+@pytest.fixture(scope="module", params=["local", "s3"])
+def reader(request: pytest.FixtureRequest, lake_root: Path) -> Iterator[IndexReader]:
+    """Every endpoint over the index and lake in a local directory, then on S3 (uploaded as built)."""
+    if request.param == "local":
+        r = IndexReader(lake_root)
+    else:
+        from tests.index._s3 import s3_reader
+
+        r = s3_reader(lake_root, request.getfixturevalue("s3_server"))
+    yield r
+    r.close()
 
 
 def _get(client: Client, path: str, **kw: Any) -> Any:
@@ -96,10 +110,12 @@ def test_first_page_has_the_seed_shape_and_default_limit(reader: IndexReader) ->
     status, body, headers = run_client(reader, go)
     want = expected_urls("example.co.uk", 1)
     assert status == 200
-    assert set(body) == {"domain", "dataset_id", "total", "items", "next_offset", "index_version"}
+    assert set(body) == {"domain", "dataset_id", "total", "items", "next_offset", "next", "index_version"}
     assert (body["domain"], body["dataset_id"], body["total"]) == ("example.co.uk", 1, BIG)
     assert [i["url"] for i in body["items"]] == want[:20]  # default_limit=20 in run_client
     assert body["next_offset"] == 20
+    version = body["index_version"]
+    assert body["next"] == f"/v1/domain/example.co.uk/datasets/1/urls?offset=20&limit=20&version={version}"
     first = body["items"][0]
     assert first["url_key"] == url_key(first["url"])
     assert first["ts"] == "2024-06-14T10:00:00.000Z"

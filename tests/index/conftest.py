@@ -5,12 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from crawlstream.errors import InvalidUrl
-from crawlstream.index import IndexBuilder
+from crawlstream.index import IndexBuilder, IndexReader
 from crawlstream.lake import LakeWriter
 from crawlstream.settings import IndexSettings, LakeSettings
 from crawlstream.urls import canonicalize
@@ -62,3 +63,27 @@ def lake_root(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Pa
     write_test_lake(root, shared_data)
     IndexBuilder(root, index=IndexSettings(postings_shards=8)).build()
     return root
+
+
+@pytest.fixture(scope="module")
+def _s3_lake(lake_root: Path, request: pytest.FixtureRequest) -> str:
+    """``lake_root`` uploaded once per module to the S3 server; its ``s3://`` location."""
+    from tests.index._s3 import s3_store, upload_tree
+
+    store = s3_store(request.getfixturevalue("s3_server"))
+    upload_tree(lake_root, store)
+    return str(store.location)
+
+
+@pytest.fixture(params=["local", "s3"])
+def index_reader(request: pytest.FixtureRequest, lake_root: Path) -> Iterator[IndexReader]:
+    """A reader of the test lake, from the local directory or from S3 (same answers expected)."""
+    if request.param == "local":
+        reader = IndexReader(lake_root)
+    else:
+        from tests.index._s3 import s3_store
+
+        store = s3_store(request.getfixturevalue("s3_server"), request.getfixturevalue("_s3_lake"))
+        reader = IndexReader(index_store=store, lake_store=store)
+    yield reader
+    reader.close()

@@ -23,11 +23,11 @@ def _duck(root: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def test_datasets_counts_and_url_lists_equal_duckdb(lake_root: Path) -> None:
+def test_datasets_counts_and_url_lists_equal_duckdb(lake_root: Path, index_reader: IndexReader) -> None:
     con = _duck(lake_root)
     domains = [r[0] for r in con.execute("SELECT DISTINCT domain FROM lake ORDER BY domain").fetchall()]
     sample = random.Random(1).sample(domains, min(300, len(domains)))
-    reader = IndexReader(lake_root)
+    reader = index_reader
     with reader.pin() as idx:
         assert idx.domain_count() == len(domains)
         for domain in sample:
@@ -42,12 +42,11 @@ def test_datasets_counts_and_url_lists_equal_duckdb(lake_root: Path) -> None:
                 page = idx.urls(domain, ds, 0, n + 5)
                 assert page is not None and page.total == n and page.next_offset is None
                 assert [i.url for i in page.items] == want
-    reader.close()
 
 
-def test_pages_concatenate_to_the_full_list(lake_root: Path) -> None:
+def test_pages_concatenate_to_the_full_list(index_reader: IndexReader) -> None:
     """Walking next_offset with a small limit crosses row groups and files without gaps."""
-    reader = IndexReader(lake_root)
+    reader = index_reader
     with reader.pin() as idx:
         biggest = max(
             ((d.url_count, dom, d.dataset_id) for dom in ("google.com", "youtube.com", "facebook.com")
@@ -66,8 +65,8 @@ def test_pages_concatenate_to_the_full_list(lake_root: Path) -> None:
         assert [i.url for i in got] == sorted(i.url for i in got)
 
 
-def test_unknown_domain_and_dataset_are_none(lake_root: Path) -> None:
-    reader = IndexReader(lake_root)
+def test_unknown_domain_and_dataset_are_none(index_reader: IndexReader) -> None:
+    reader = index_reader
     with reader.pin() as idx:
         assert idx.datasets_for_domain("no-such-domain.invalid") is None
         assert idx.urls("no-such-domain.invalid", 1, 0, 10) is None
@@ -75,12 +74,12 @@ def test_unknown_domain_and_dataset_are_none(lake_root: Path) -> None:
         assert idx.dataset_ids() == list(range(1, 21))
 
 
-def test_lookup_url_finds_every_dataset_of_a_url(lake_root: Path) -> None:
+def test_lookup_url_finds_every_dataset_of_a_url(lake_root: Path, index_reader: IndexReader) -> None:
     con = _duck(lake_root)
     rows = con.execute(
         "SELECT url, list(dataset_id ORDER BY dataset_id) FROM lake GROUP BY url ORDER BY url LIMIT 2000"
     ).fetchall()
-    reader = IndexReader(lake_root)
+    reader = index_reader
     with reader.pin() as idx:
         for url, datasets in random.Random(3).sample(rows, 150):
             assert sorted(idx.lookup_url(url)) == datasets

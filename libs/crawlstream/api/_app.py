@@ -8,7 +8,12 @@ Contract:
   401 carry no version.
 * User input can only produce 4xx: inputs are validated in ``_inputs`` before any index call.
   A 500 means a bug: it is logged with the request id (``X-Request-Id``) and the body is
-  generic. An unavailable index (no manifest yet, storage down) is a 503.
+  generic. An unavailable index (no manifest yet, storage down) is a 503; stored bytes that
+  fail their checksum are a 502 (``corrupt_data``, logged and counted), never a wrong answer.
+* A page names the next one (``next``: offset, limit and ``version=<index_version>``), so a
+  paging client reads every page from one version; once gc removed it, 410 (``version_gone``).
+* An index on S3 (``index.uri``) never reads on the event loop: what is not in the reader's
+  memory is read on the pool (``_run``), and an outage is a fast 503 (the reader's breaker).
 * Where the work runs was decided by measurement (bench/bench_api.py, quick mode, 2 shared
   cores, 16 connections): warm reads are GIL-bound, so a thread-pool hop only adds cost for
   work that never blocks. ``/v1/domain`` and ``/healthz`` (memory-mapped index lookups) run
@@ -49,6 +54,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -61,6 +67,7 @@ from crawlstream.api._inputs import (
     parse_dataset_id,
     parse_page,
     parse_url,
+    parse_version,
     query_param,
     reduce_to_domain,
 )
@@ -69,8 +76,8 @@ from crawlstream.api._openapi import openapi_document
 from crawlstream.api._status import add_status_routes
 from crawlstream.api._tokens import TokensFile, default_tokens_path, ensure_tokens_file
 from crawlstream.api._urls import url_answer
-from crawlstream.errors import ConfigError, CrawlstreamError, TransientError
-from crawlstream.index import NotCached
+from crawlstream.errors import ChecksumMismatch, ConfigError, CrawlstreamError, TransientError
+from crawlstream.index import NotCached, VersionGone
 from crawlstream.lake import is_alias_dataset
 from crawlstream.settings import ApiSettings
 
@@ -173,9 +180,11 @@ class QueryApi:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _pinned(self, work: Callable[[PinnedIndex], dict[str, Any]], cached_only: bool = False) -> _Result:
+    def _pinned(
+        self, work: Callable[[PinnedIndex], dict[str, Any]], cached_only: bool = False, version: str | None = None
+    ) -> _Result:
         """Run ``work`` on one pinned version and encode its answer (on the calling thread)."""
-        with self.reader.pin(cached_only=cached_only) as idx:
+        with self.reader.pin(cached_only=cached_only, version=version) as idx:
             try:
                 doc = work(idx)
             except ApiError as exc:
@@ -185,20 +194,27 @@ class QueryApi:
             return _Result(200, _encode(doc), idx.version)
 
     async def _run(
-        self, request: web.Request, work: Callable[[PinnedIndex], dict[str, Any]], *, reads_lake: bool
+        self,
+        request: web.Request,
+        work: Callable[[PinnedIndex], dict[str, Any]],
+        *,
+        reads_lake: bool,
+        version: str | None = None,
     ) -> web.Response:
         """``reads_lake``: the work may read Parquet (possibly from disk). It runs on the loop if
         every row group it needs is cached (a thread hop costs more than such a page), else on
-        the pool, pinning the then current version."""
+        the pool, pinning the then current version (or ``version``). An index on S3 takes that
+        path for every request: anything not in memory is read on the pool, bounded by
+        ``request_timeout_s`` (and the reader's S3 deadline, no longer than it)."""
         try:
-            if self.executor is None or not reads_lake:
-                result = self._pinned(work)
+            if self.executor is None or not (reads_lake or self.reader.remote):
+                result = self._pinned(work, version=version)
             else:
                 try:
-                    result = self._pinned(work, cached_only=True)
+                    result = self._pinned(work, True, version)
                 except NotCached:
                     loop = asyncio.get_running_loop()
-                    future = loop.run_in_executor(self.executor, self._pinned, work)
+                    future = loop.run_in_executor(self.executor, self._pinned, work, False, version)
                     result = await asyncio.wait_for(future, self.request_timeout_s)
         except TimeoutError:
             self.metrics.timeouts.inc()
@@ -207,6 +223,12 @@ class QueryApi:
             ) from None
         except TransientError as exc:
             raise ApiError(503, "index_unavailable", f"no index version can be served: {exc}") from None
+        except VersionGone as exc:
+            raise ApiError(410, "version_gone", str(exc)) from None
+        except ChecksumMismatch as exc:  # corrupt stored bytes: an error, never a wrong answer
+            self.metrics.integrity_errors.inc()
+            logger.error("integrity error on route %s: %s", request.match_info.route.resource, exc)
+            raise ApiError(502, "corrupt_data", f"stored index data failed its checksum: {exc}") from None
         resp = web.Response(body=result.body, status=result.status, content_type="application/json")
         if result.version is not None:
             resp.headers[VERSION_HEADER] = result.version
@@ -234,6 +256,7 @@ class QueryApi:
         domain = reduce_to_domain(request.match_info["domain"])
         dataset_id = parse_dataset_id(request.match_info["dataset_id"])
         offset, limit = parse_page(request.query, default_limit=self.default_limit, max_limit=self.max_limit)
+        version = parse_version(request.query)
 
         def work(idx: PinnedIndex) -> dict[str, Any]:
             page = idx.urls(domain, dataset_id, offset, limit) if grant.allows(dataset_id) else None
@@ -249,9 +272,13 @@ class QueryApi:
                 "total": page.total,
                 "items": _items_json(page.rows),
                 "next_offset": page.next_offset,
+                "next": None if page.next_offset is None else (
+                    f"/v1/domain/{quote(domain, safe='')}/datasets/{dataset_id}/urls"
+                    f"?offset={page.next_offset}&limit={limit}&version={idx.version}"
+                ),
             }
 
-        return await self._run(request, work, reads_lake=True)
+        return await self._run(request, work, reads_lake=True, version=version)
 
     async def url(self, request: web.Request) -> web.Response:
         grant = request[GRANT_KEY]
@@ -503,11 +530,11 @@ def serve(settings: Settings) -> int:
     app = from_settings(settings)
     app.on_startup.append(_settle)
     logger.info(
-        "query API listening on http://%s:%d (index under %s, tokens %s, anonymous reads %s, max_limit %d, "
+        "query API listening on http://%s:%d (index at %s, tokens %s, anonymous reads %s, max_limit %d, "
         "content store %s)",
         settings.api.host,
         settings.api.port,
-        settings.data_dir,
+        app[_APP_KEY].reader.index_store,
         app[_APP_KEY].access.source,
         "on" if app[_APP_KEY].access.anonymous_reads else "off",
         settings.api.max_limit,

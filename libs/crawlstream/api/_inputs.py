@@ -23,6 +23,7 @@ __all__ = [
     "parse_dataset_id",
     "parse_page",
     "parse_url",
+    "parse_version",
     "reduce_to_domain",
 ]
 
@@ -117,6 +118,18 @@ def parse_page(query: object, *, default_limit: int, max_limit: int) -> tuple[in
     offset = 0 if raw_offset is None else _int("offset", raw_offset, 0, MAX_OFFSET)
     limit = default_limit if raw_limit is None else _int("limit", raw_limit, 1, max_limit)
     return offset, limit
+
+
+_VERSION_OK = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def parse_version(query: object) -> str | None:
+    """The ``version`` a paging client pins (the first page's ``index_version``), or None."""
+    raw = _single(query, "version")
+    if raw is not None and not _VERSION_OK.fullmatch(raw):
+        raise _bad("invalid_version", f"expected version to be an index version (as in index_version), "
+                                      f"found {_preview(raw)}")
+    return raw
 
 
 def query_param(query: object, name: str) -> str | None:

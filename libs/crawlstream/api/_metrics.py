@@ -38,6 +38,11 @@ class ApiMetrics:
             "times the tokens file changed but could not be loaded (the previous tokens stayed in force)",
             registry=registry,
         )
+        self.integrity_errors = Counter(
+            "crawlstream_api_integrity_errors",
+            "requests answered 502 because stored index or lake bytes failed their checksum (corrupt data)",
+            registry=registry,
+        )
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.timeouts = Counter(
             "crawlstream_api_timeouts", "requests whose index work exceeded request_timeout_s", registry=registry

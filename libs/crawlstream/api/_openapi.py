@@ -92,6 +92,13 @@ def _parameters(max_limit: int, default_limit: int) -> dict[str, dict[str, Any]]
             "limit", "query", {"type": "integer", "minimum": 1, "maximum": max_limit, "default": default_limit},
             description=f"page size; more than {max_limit} is rejected (400), not clamped",
         ),
+        "version": _param(
+            "version", "query", {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
+            description=(
+                "the index version to read (`index_version` of the first page; `next` carries it): every "
+                "page of a walk comes from one version; 410 once that version was garbage-collected"
+            ),
+        ),
         "url": _param("url", "query", {"type": "string", "minLength": 1}, required=True),
         "stored_url": _param(
             "url", "query", {"type": "string", "minLength": 1}, required=True,
@@ -134,8 +141,10 @@ _INVALID = "invalid input; `message` says what was expected"
 _INDEX_ERRORS = {
     "400": _response(_INVALID, "Error"),
     "404": _response("unknown domain or dataset (or not visible to this token)", "Error"),
-    "503": _response("no index is loaded yet, or the request timed out", "Error"),
+    "503": _response("no index is loaded yet, its storage is unavailable, or the request timed out", "Error"),
     "401": _error("missing or unknown bearer token"),
+    "502": _response("stored index or lake data failed its checksum (corrupt); the operator is alerted", "Error"),
+    "410": _response("the index version asked for (`version`) was garbage-collected: start over", "Error"),
 }
 _CONTENT_ERRORS = {
     "400": _error(_INVALID),
@@ -189,19 +198,24 @@ _BODY_HEADERS = {
 _OPERATIONS = (
     _Operation(
         "/v1/domain/{domain}", "get", "getDomain", "Datasets containing a domain, with exact URL counts",
-        {"200": _response("the datasets (visible to this token)", "DomainDatasets")}, _INDEX_ERRORS,
+        {"200": _response("the datasets (visible to this token)", "DomainDatasets")},
+        _only(_INDEX_ERRORS, "400", "404", "503", "401", "502"),
         parameters=("domain",),
     ),
     _Operation(
         "/v1/domain/{domain}/datasets/{dataset_id}/urls", "get", "getDomainDatasetUrls",
         "A page of a domain's URLs in one dataset, ordered by URL",
         {"200": _response("one page", "UrlPage")}, _INDEX_ERRORS,
-        parameters=("domain", "dataset_id", *_PAGE),
+        description=(
+            "`next` is the path of the next page (null on the last): it names `index_version`, so a "
+            "paging client reads every page from the version its first page came from."
+        ),
+        parameters=("domain", "dataset_id", *_PAGE, "version"),
     ),
     _Operation(
         "/v1/url", "get", "lookupUrl", "Canonical form, url_key, domain and the datasets containing a URL",
         {"200": _response("the lookup (datasets may be empty)", "UrlLookup")},
-        _only(_INDEX_ERRORS, "400", "503", "401"),
+        _only(_INDEX_ERRORS, "400", "503", "401", "502"),
         parameters=("url",),
         description=(
             "Any raw form (a seed line, an href as written) is canonicalized first; `url` is its "
@@ -319,13 +333,15 @@ _SCHEMAS: dict[str, Any] = {
     },
     "UrlPage": {
         "type": "object",
-        "required": ["domain", "dataset_id", "total", "items", "next_offset", "index_version"],
+        "required": ["domain", "dataset_id", "total", "items", "next_offset", "next", "index_version"],
         "properties": {
             "domain": {"type": "string"},
             "dataset_id": {"type": "integer", "minimum": 0},
             "total": {"type": "integer", "minimum": 0, "description": "exact URL count of the pair"},
             "items": {"type": "array", "items": _ref("UrlItem")},
             "next_offset": {"type": "integer", "minimum": 0, "nullable": True},
+            "next": {"type": "string", "nullable": True,
+                     "description": "path and query of the next page, pinned to index_version; null on the last"},
             "index_version": _VERSION,
         },
     },

@@ -8,7 +8,7 @@ File layouts are in ``_formats`` (pure codecs).
 from crawlstream.index._builder import BuildResult, GcResult, IndexBuilder
 from crawlstream.index._formats import FileEntry, Runs, Segment, decode_block, encode_block
 from crawlstream.index._manifest import Manifest, ManifestConflict, VersionInfo, read_manifest
-from crawlstream.index._reader import DatasetCount, IndexReader, NotCached, PinnedIndex, UrlItem, UrlPage
+from crawlstream.index._reader import DatasetCount, IndexReader, NotCached, PinnedIndex, UrlItem, UrlPage, VersionGone
 
 __all__ = [
     "BuildResult",
@@ -25,6 +25,7 @@ __all__ = [
     "Segment",
     "UrlItem",
     "UrlPage",
+    "VersionGone",
     "VersionInfo",
     "decode_block",
     "encode_block",

@@ -60,6 +60,7 @@ from crawlstream.index._formats import (
     encode_dtdr_pairs,
     encode_files,
     encode_postings,
+    file_checksums,
     inline_segments,
     is_current_postings,
     postings_block,
@@ -588,7 +589,7 @@ class IndexBuilder:
             "built_by": builder_id(),
         }
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        return VersionInfo(version, created, self.shards, names, stats)
+        return VersionInfo(version, created, self.shards, names, stats, file_checksums(out, blocks=self.shards))
 
     def _publish_version(self, version: str, out: dict[str, bytes]) -> None:
         """Every file of ``out`` under ``index/<version>/``: locally a temp directory renamed

@@ -43,6 +43,8 @@ from crawlstream.errors import ChecksumMismatch
 
 __all__ = [
     "BLOCK_HEADER",
+    "CHECKSUM_CHUNK",
+    "DTDR_ENTRY",
     "DTDR_HEADER",
     "PST_HEADER",
     "FileEntry",
@@ -52,14 +54,17 @@ __all__ = [
     "decode_files",
     "domain_offsets",
     "dtdr_entry",
+    "dtdr_header",
     "encode_block",
     "encode_dtdr",
     "encode_dtdr_pairs",
     "encode_files",
     "encode_postings",
+    "file_checksums",
     "inline_segments",
     "is_current_postings",
     "postings_block",
+    "postings_head_size",
     "run_row_starts",
 ]
 
@@ -241,10 +246,16 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
                      section.tobytes(), *big_parts, entries.tobytes()])
 
 
-def dtdr_entry(buf: bytes | memoryview, domain_id: int) -> tuple[int, int]:
+def dtdr_header(buf: bytes | memoryview) -> tuple[int, int]:
+    """(N_domains, index_offset) of a DTDR file starting with ``buf``."""
     magic, ver, n, index_offset = DTDR_HEADER.unpack_from(buf, 0)
     if magic != DTDR_MAGIC or ver != FORMAT_VERSION:
         raise ChecksumMismatch(f"expected a DTDR v1 file, found magic {magic!r} version {ver}")
+    return n, index_offset
+
+
+def dtdr_entry(buf: bytes | memoryview, domain_id: int) -> tuple[int, int]:
+    n, index_offset = dtdr_header(buf)
     if not 0 <= domain_id < n:
         raise IndexError(domain_id)
     start, length = DTDR_ENTRY.unpack_from(buf, index_offset + DTDR_ENTRY.size * domain_id)
@@ -332,6 +343,31 @@ def encode_postings(blocks: Sequence[bytes]) -> bytes:
         offsets.append(offsets[-1] + len(b))
     return b"".join([PST_HEADER.pack(PST_MAGIC, PST_VERSION, len(blocks), 0),
                      struct.pack(f"<{len(offsets)}Q", *offsets), *blocks])
+
+
+def postings_head_size(blocks: int) -> int:
+    """Bytes of a ``postings.bin``'s header and block offsets (what a reader fetches at open)."""
+    return PST_HEADER.size + 8 * (blocks + 1)
+
+
+# Files above this size are verified chunk by chunk (a reader on S3 fetches ranges of them).
+CHECKSUM_CHUNK = 256 << 10
+
+
+def file_checksums(out: dict[str, bytes], *, blocks: int) -> dict[str, dict[str, Any]]:
+    """Per file of a version (by file name): size and CRC32, the CRC32 of each ``CHECKSUM_CHUNK``
+    of the domain-to-datasets file (a reader may fetch ranges of it), and of the postings' head
+    (the blocks carry their own). Recorded in the manifest: a reader on S3 verifies every read."""
+    sums: dict[str, dict[str, Any]] = {}
+    for name, data in out.items():
+        entry: dict[str, Any] = {"size": len(data), "crc32": zlib.crc32(data)}
+        if name.endswith(".roar"):
+            entry["chunk"] = CHECKSUM_CHUNK
+            entry["chunks"] = [zlib.crc32(data[i : i + CHECKSUM_CHUNK]) for i in range(0, len(data), CHECKSUM_CHUNK)]
+        if name.startswith("postings"):
+            entry["head_crc32"] = zlib.crc32(data[: postings_head_size(blocks)])
+        sums[name] = entry
+    return sums
 
 
 def is_current_postings(head: bytes) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import calendar
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,8 @@ class VersionInfo:
     shards: int
     files: dict[str, Any]  # name -> relative path (postings: lists indexed by shard)
     stats: dict[str, Any]
+    # file name -> {"size", "crc32", ...} (``_formats.file_checksums``); empty for older versions
+    checksums: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,11 +73,17 @@ class VersionInfo:
             "shards": self.shards,
             "files": self.files,
             "stats": self.stats,
+            "checksums": self.checksums,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> VersionInfo:
-        return cls(d["version"], d["created_at"], int(d["shards"]), dict(d["files"]), dict(d.get("stats", {})))
+        return cls(d["version"], d["created_at"], int(d["shards"]), dict(d["files"]), dict(d.get("stats", {})),
+                   dict(d.get("checksums", {})))
+
+    def checksum(self, role: str) -> dict[str, Any]:
+        """The recorded checksums of file ``role`` (a key of ``files``), or {} (older versions)."""
+        return dict(self.checksums.get(str(self.files[role]).rsplit("/", 1)[-1], {}))
 
 
 @dataclass(frozen=True)

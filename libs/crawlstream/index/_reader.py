@@ -3,13 +3,20 @@
 Contract for callers (the query API):
 
 * ``with reader.pin() as idx:`` — everything done through ``idx`` reads one version, even
-  if ``manifest.json`` flips meanwhile; the version's files stay on disk while pinned (a
-  shared ``flock`` on its ``PIN`` file, which ``gc`` respects).
+  if ``manifest.json`` flips meanwhile. Locally the version's files stay on disk while pinned
+  (a shared ``flock`` on its ``PIN`` file, which ``gc`` respects). ``pin(version=V)`` serves a
+  version that is no longer current while the manifest still lists it (a paging client keeps
+  the version it started on); one no longer listed raises :class:`VersionGone`.
 * Files are opened by the exact paths the manifest lists; nothing is listed per request.
-  Index files are memory-mapped; Parquet footers (``ParquetFile``) sit in a small LRU cache,
-  decoded row groups in one bounded by bytes; a page reads only the row groups covering
-  ``[offset, offset+limit)``, found from per-segment row counts, so a deep offset costs the
-  same as the first page. A ``cached_only`` pin never reads Parquet (:class:`NotCached`).
+  Local index files are memory-mapped; on S3 (``index.uri``/``lake.uri``) the manifest is
+  re-read at most every ``manifest_poll_s``, small files are held in memory and each postings
+  block is one ranged GET (``_storage``), every read verified against the manifest's CRC32s
+  (:class:`ChecksumMismatch`, never a wrong answer). Decoded postings blocks sit in an LRU
+  bounded by bytes; Parquet footers (``ParquetFile``) in a small LRU, decoded row groups in
+  one bounded by bytes; Parquet page checksums are verified. A page reads only the row groups
+  covering ``[offset, offset+limit)``, found from per-segment row counts, so a deep offset
+  costs the same as the first page. A ``cached_only`` pin never reads Parquet, nor anything
+  from S3 (:class:`NotCached`).
 * Answers follow the dedupe rule: one row per (dataset_id, url); across files the row from
   the lowest file id (earliest indexed) wins. URLs of a (domain, dataset) are ordered by URL.
 * Thread-safe.
@@ -18,55 +25,37 @@ Contract for callers (the query API):
 from __future__ import annotations
 
 import bisect
-import fcntl
 import logging
-import mmap
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-import zstandard
-from pyroaring import BitMap
 
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
-from crawlstream.index._formats import (
-    FileEntry,
-    Segment,
-    decode_block,
-    decode_files,
-    domain_offsets,
-    dtdr_entry,
-    inline_segments,
-    postings_block,
-    postings_block_of,
-    run_row_starts,
-)
-from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo, index_dir
+from crawlstream.index._formats import Segment, inline_segments
+from crawlstream.index._manifest import MANIFEST_NAME, Manifest, VersionInfo
+from crawlstream.index._storage import Breaker, LocalFiles, Lru, NotCached, RangedFile, RemoteFiles, VersionGone
+from crawlstream.index._version import Version, block_weight
 from crawlstream.lake import host_prefix, segment_rows
-from crawlstream.urls import domain_prefix
+from crawlstream.objectstore import ObjectStore, RetryPolicy, parse_location
 
-__all__ = ["DatasetCount", "IndexReader", "NotCached", "PinnedIndex", "UrlItem", "UrlPage"]
+__all__ = ["DatasetCount", "IndexReader", "NotCached", "PinnedIndex", "UrlItem", "UrlPage", "VersionGone"]
 
 logger = logging.getLogger(__name__)
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
 ROW_COLUMNS = ["scheme", "host_prefix", "port", "path_query", "ts"]
 DICT_COLUMNS = ["scheme", "host_prefix"]
-
-
-class NotCached(Exception):
-    """A ``cached_only`` pin needed a row group that is not in the reader's cache."""
+MANIFEST_REL = f"index/{MANIFEST_NAME}"
+_PASS_THROUGH = (StorageUnavailable, FileNotFoundError, VersionGone, NotCached)
 
 
 class DatasetCount(NamedTuple):  # a tuple: ~4x cheaper to make than a frozen dataclass
@@ -95,253 +84,128 @@ class UrlPage:
         return [UrlItem(k, u, t) for k, u, t in self.rows]
 
 
-class _Lru(Generic[K, V]):
-    """A thread-safe LRU bounded by entries and, with ``weigh``, by the sum of the values' weights."""
-
-    def __init__(self, capacity: int, *, budget: int = 0, weigh: Callable[[V], int] | None = None) -> None:
-        self.capacity = capacity
-        self.budget = budget
-        self._weigh = weigh
-        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
-        self._weight = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            found = self._data.get(key)
-            if found is None:
-                return None
-            self._data.move_to_end(key)
-            return found[0]
-
-    def get_or_load(self, key: K, load: Callable[[], V]) -> V:
-        with self._lock:
-            found = self._data.get(key)
-            if found is not None:
-                self._data.move_to_end(key)
-                return found[0]
-        value = load()
-        weight = self._weigh(value) if self._weigh is not None else 0
-        with self._lock:
-            old = self._data.pop(key, None)  # another thread may have loaded it meanwhile
-            self._weight += weight - (old[1] if old is not None else 0)
-            self._data[key] = (value, weight)
-            while len(self._data) > self.capacity or (self._weigh is not None and self._weight > self.budget):
-                self._weight -= self._data.popitem(last=False)[1][1]
-        return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self._weight = 0
-
-
-def _map(path: Path) -> mmap.mmap | None:
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return None
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-class _Domains:
-    """The sorted domain list as a sequence of ``bytes`` over the blob (for ``bisect``)."""
-
-    def __init__(self, blob: bytes, offsets: memoryview) -> None:
-        self.blob = blob
-        self.offsets = offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> bytes:
-        return self.blob[self.offsets[i] : self.offsets[i + 1] - 1]
-
-
-@dataclass(slots=True)
-class _Block:
-    """A decoded postings block: runs sorted by (domain_id, dataset_id, file_id), as compact
-    numpy columns (a request converts only its domain's slice to Python ints). Row offsets
-    are derived per run when a page needs them: ``/v1/domain`` never does."""
-
-    domain_id: Any  # int32
-    dataset_id: Any  # uint32 (dataset ids are UInt32)
-    file_id: Any
-    rows: Any
-    multi: dict[int, int]  # first run of a fragmented pair -> its exact count
-
-    def span(self, domain_id: int) -> tuple[int, int]:
-        """Runs ``[lo, hi)`` of one domain. The key has the column's dtype: with a Python int
-        numpy would cast the whole column first (~15 µs per search on a 40k-run block)."""
-        key = np.int32(domain_id)
-        col = self.domain_id
-        return int(col.searchsorted(key, "left")), int(col.searchsorted(key, "right"))
-
-    def pair_span(self, lo: int, hi: int, dataset_id: int) -> tuple[int, int]:
-        """Runs ``[a, b)`` of one dataset inside a domain's runs ``[lo, hi)`` (sorted by dataset)."""
-        key = np.uint32(dataset_id)
-        col = self.dataset_id[lo:hi]
-        return lo + int(col.searchsorted(key, "left")), lo + int(col.searchsorted(key, "right"))
-
-    def row_start(self, i: int) -> int:
-        """First row of run ``i`` in its file, from that file's runs only (a mask over the block
-        and a tiny sort: ~30 µs, where deriving every run of the block costs ~5 ms on a cold page)."""
-        same = np.flatnonzero(self.file_id == self.file_id[i])
-        starts = run_row_starts(self.domain_id[same], self.file_id[same], self.rows[same])
-        return int(starts[int(same.searchsorted(i))])
-
-
-def _decode_block(data: bytes) -> _Block:
-    runs = decode_block(data)
-    return _Block(runs.domain_id.astype(np.int32), runs.dataset_id.astype(np.uint32), runs.file_id.astype(np.int32),
-                  runs.rows.astype(np.int32),
-                  dict(zip(runs.multi_first.tolist(), runs.multi_count.tolist(), strict=True)))
-
-
-class _Version:
-    """The open files of one version; alive while the reader or a pin references it."""
-
-    def __init__(self, root: Path, info: VersionInfo) -> None:
-        self.info = info
-        self.version = info.version
-        self.refs = 0
-        self.current = True
-        files = info.files
-        self.dtdr: mmap.mmap | None = None
-        self.postings: mmap.mmap | None = None
-        self._pin_fd = os.open(root / files["pin"], os.O_RDONLY)
-        try:
-            fcntl.flock(self._pin_fd, fcntl.LOCK_SH)
-            if "postings" not in files:
-                raise ChecksumMismatch(
-                    f"index version {info.version} has an older postings format; "
-                    "rebuild with `crawlstream index build --full`"
-                )
-            raw = (root / files["domains"]).read_bytes()
-            self.blob = zstandard.ZstdDecompressor().decompress(raw)
-            self.dtdr = _map(root / files["d2d_roar"])
-            self.postings = _map(root / files["postings"])
-            files_raw = zstandard.ZstdDecompressor().decompress((root / files["files_tsv"]).read_bytes())
-        except BaseException:
-            self.close()
-            raise
-        # Line offsets of the domain list, computed once per open (~3 ms per 500k domains;
-        # ADR 003): a lookup is a binary search over the blob, no hash table on disk.
-        self._offsets = memoryview(domain_offsets(self.blob).astype("<q").tobytes()).cast("q")
-        self._domains = _Domains(self.blob, self._offsets)
-        self.n_domains = len(self._domains)
-        self.files: dict[int, FileEntry] = {f.file_id: f for f in decode_files(files_raw)}
-        self._rg_starts: dict[int, list[int]] = {}
-        self._blocks: dict[int, _Block] = {}
-        self.dataset_ids = sorted({f.dataset_id for f in self.files.values()})
-        self.shards = info.shards
-
-    def close(self) -> None:
-        for m in (self.dtdr, self.postings):
-            if m is not None:
-                m.close()
-        if self._pin_fd >= 0:
-            os.close(self._pin_fd)  # releases the shared lock
-            self._pin_fd = -1
-
-    def domain_at(self, domain_id: int) -> str:
-        return self._domains[domain_id].decode()
-
-    def domain_id(self, domain: str) -> int | None:
-        try:
-            key = domain.encode()
-        except UnicodeEncodeError:
-            return None  # a lone surrogate: every stored domain is valid UTF-8, none can match
-        i = bisect.bisect_left(self._domains, key)
-        return i if i < self.n_domains and self._domains[i] == key else None
-
-    def datasets_bitmap(self, domain_id: int) -> BitMap:
-        assert self.dtdr is not None
-        start, length = dtdr_entry(memoryview(self.dtdr), domain_id)
-        return BitMap.deserialize(self.dtdr[start : start + length])
-
-    def _block(self, domain: str) -> _Block:
-        b = postings_block_of(domain_prefix(domain), self.shards)
-        blk = self._blocks.get(b)
-        if blk is None:  # two threads may decode the same block once each: harmless
-            assert self.postings is not None
-            blk = self._blocks[b] = _decode_block(postings_block(self.postings, b))
-        return blk
-
-    def counts(self, domain: str, domain_id: int) -> dict[int, int]:
-        """dataset_id -> exact URL count of one domain (its runs in the postings block)."""
-        blk = self._block(domain)
-        lo, hi = blk.span(domain_id)
-        datasets = blk.dataset_id[lo:hi].tolist()
-        rows = blk.rows[lo:hi].tolist()
-        out: dict[int, int] = {}
-        for k, ds in enumerate(datasets):
-            if ds not in out:  # the first run of a pair; a fragmented pair stores its exact count
-                out[ds] = rows[k] if k + 1 == len(datasets) or datasets[k + 1] != ds else blk.multi[lo + k]
-        return out
-
-    def pair(self, domain: str, domain_id: int, dataset_id: int) -> tuple[int, list[tuple[int, int, int]]] | None:
-        """(exact URL count, runs as (file_id, row_start, rows)) of one (domain, dataset), or None."""
-        if not 0 <= dataset_id <= 0xFFFFFFFF:
-            return None
-        blk = self._block(domain)
-        a, b = blk.pair_span(*blk.span(domain_id), dataset_id)
-        if a == b:
-            return None
-        rows = blk.rows[a:b].tolist()
-        files = blk.file_id[a:b].tolist()
-        runs = [(files[k], blk.row_start(a + k), rows[k]) for k in range(b - a)]
-        return (blk.multi[a] if b - a > 1 else rows[0]), runs
-
-    def rg_starts(self, file_id: int) -> list[int]:
-        starts = self._rg_starts.get(file_id)
-        if starts is None:
-            starts = self.files[file_id].rg_starts()
-            self._rg_starts[file_id] = starts
-        return starts
+def _local(root: Path | str) -> ObjectStore:
+    return ObjectStore(parse_location(root), pafs.LocalFileSystem())
 
 
 class IndexReader:
-    """Opens the current index version under ``<root>/index`` and hands out pins."""
+    """Opens the current index version (``index/manifest.json`` of the index location) and hands out pins.
+
+    ``IndexReader(root)`` reads a local directory; ``index_store``/``lake_store`` (from
+    ``open_objects``, see :meth:`from_settings`) may be S3 prefixes."""
 
     def __init__(
         self,
-        root: Path,
+        root: Path | None = None,
         *,
+        index_store: ObjectStore | None = None,
+        lake_store: ObjectStore | None = None,
         parquet_files_cached: int = 256,
         row_groups_cached: int = 4096,
         row_group_cache_bytes: int = 128 << 20,
+        postings_cache_bytes: int = 256 << 20,
+        manifest_poll_s: float = 1.0,
+        whole_file_max_bytes: int = 16 << 20,
+        idle_versions_kept: int = 2,
     ) -> None:
-        self.root = Path(root)
-        self._lake_root = str(self.root)
-        self._manifest_path = str(index_dir(self.root) / MANIFEST_NAME)  # stat'ed per pin: no Path ops
+        if index_store is None:
+            if root is None:
+                raise ValueError("IndexReader needs a root directory or an index store")
+            index_store = _local(root)
+        self._index = index_store
+        self._lake = lake_store if lake_store is not None else (_local(root) if root is not None else index_store)
+        self.remote = not index_store.is_local
+        self.root = index_store.local_path("") if not self.remote else None
+        self._lake_root = str(self._lake.local_path("")) if self._lake.is_local else ""
+        self._manifest_path = "" if self.root is None else str(self.root / MANIFEST_REL)  # stat'ed per pin
+        self.manifest_poll_s = manifest_poll_s
+        self.whole_file_max_bytes = whole_file_max_bytes
+        self.idle_versions_kept = idle_versions_kept if self.remote else 0  # locally: unpin at once (gc)
+        self.breaker = Breaker()
         self._lock = threading.Lock()
-        self._manifest_stat: tuple[int, int, int] | None = None
-        self._current: _Version | None = None
-        self._versions: dict[str, _Version] = {}
-        self._parquet: _Lru[str, tuple[pq.ParquetFile, threading.Lock]] = _Lru(parquet_files_cached)
-        self._row_groups: _Lru[tuple[Any, ...], pa.Table] = _Lru(
+        self._manifest: Manifest | None = None
+        self._manifest_key: Any = None  # local: (inode, mtime, size); S3: the ETag
+        self._next_poll = 0.0
+        self._polling = False
+        self._current: Version | None = None
+        self._versions: dict[str, Version] = {}
+        self._idle: OrderedDict[str, Version] = OrderedDict()  # S3: unpinned old versions kept open
+        self._blocks: Lru[Any, Any] = Lru(1 << 30, budget=postings_cache_bytes, weigh=block_weight)
+        self._parquet: Lru[str, tuple[pq.ParquetFile, threading.Lock]] = Lru(parquet_files_cached)
+        self._row_groups: Lru[tuple[Any, ...], pa.Table] = Lru(
             row_groups_cached, budget=row_group_cache_bytes, weigh=lambda t: t.nbytes
         )
         # URL lookups read a row group of every dataset of a domain: in a cache of their own (a
         # quarter of the pages' budget) they cannot evict the row groups pages are served from
-        self._lookups: _Lru[tuple[Any, ...], pa.Table] = _Lru(
+        self._lookups: Lru[tuple[Any, ...], pa.Table] = Lru(
             row_groups_cached, budget=row_group_cache_bytes // 4, weigh=lambda t: t.nbytes
         )
-        self._pairs: _Lru[tuple[str, int, int], tuple[int, bool, list[Segment], list[int]] | None] = _Lru(4096)
-        self._merged: _Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = _Lru(16)
+        self._pairs: Lru[tuple[str, int, int], tuple[int, bool, list[Segment], list[int]] | None] = Lru(4096)
+        self._merged: Lru[tuple[str, int, int], list[tuple[int, str, int | None]]] = Lru(16)
 
     @classmethod
     def from_settings(cls, settings: Any) -> IndexReader:
+        """The reader of ``index.uri`` / ``lake.uri``. On S3 a read gives up after
+        min(``s3.deadline_s``, ``api.request_timeout_s``): a request fails (503) rather than outlive
+        its own timeout."""
+        from crawlstream.objectstore import index_location, lake_location, open_objects
+
+        index = open_objects(index_location(settings), settings.s3)
+        lake = open_objects(lake_location(settings), settings.s3)
+        deadline = min(settings.s3.deadline_s, settings.api.request_timeout_s)
+        for store in (index, lake):
+            if not store.is_local:
+                store.retry = RetryPolicy(deadline_s=deadline)
         return cls(
-            settings.data_dir,
+            index_store=index,
+            lake_store=lake,
             row_groups_cached=settings.index.row_groups_cached,
             row_group_cache_bytes=settings.index.row_group_cache_mb << 20,
+            postings_cache_bytes=settings.index.postings_cache_mb << 20,
+            manifest_poll_s=settings.index.manifest_poll_s,
         )
+
+    @property
+    def index_store(self) -> ObjectStore:
+        return self._index
+
+    @property
+    def lake_store(self) -> ObjectStore:
+        return self._lake
 
     # -- versions ----------------------------------------------------------------------
 
-    def _refresh(self) -> _Version:
-        """The current version, re-reading manifest.json only when its inode/mtime changed."""
+    def _open(self, info: VersionInfo) -> Version:
+        if self.root is not None:
+            return Version(LocalFiles(self.root, info), info, self._blocks)
+        files = RemoteFiles(self._index, info, cache=self._blocks, breaker=self.breaker,
+                            whole_max=self.whole_file_max_bytes)
+        return Version(files, info, self._blocks)
+
+    def _install(self, manifest: Manifest, version: Version, key: Any) -> Version:
+        """Make ``version`` current (under the lock); returns the instance now serving it."""
+        existing = self._versions.get(version.version)
+        if existing is not None and existing is not version:
+            version.close()  # another thread opened it meanwhile
+            version = existing
+        self._versions[version.version] = version
+        self._idle.pop(version.version, None)
+        self._manifest = manifest
+        self._manifest_key = key
+        if self._current is not None and self._current is not version:
+            self._current.current = False
+            self._maybe_close(self._current)
+        if self._current is not version:
+            logger.info("index reader now serves version %s", version.version)
+        version.current = True
+        self._current = version
+        listed = {i.version for i in manifest.versions}
+        for name in [n for n in self._idle if n not in listed]:
+            self._close_idle(name)
+        return version
+
+    def _refresh_local(self) -> Version:
+        """The current version, re-reading manifest.json only when its inode/mtime changed (under the lock)."""
         path = self._manifest_path
         for _attempt in range(3):
             try:
@@ -351,40 +215,138 @@ class IndexReader:
                     f"no index at {path}: run `crawlstream index build` first"
                 ) from None
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if key == self._manifest_stat and self._current is not None:
+            if key == self._manifest_key and self._current is not None:
                 return self._current
             manifest = Manifest.from_bytes(Path(path).read_bytes())
             info = manifest.current()
             try:
-                version = self._versions.get(info.version) or _Version(self.root, info)
+                version = self._versions.get(info.version) or self._open(info)
             except FileNotFoundError:
                 continue  # gc removed it between our read and open: the manifest has moved on
-            self._versions[info.version] = version
-            if self._current is not None and self._current is not version:
-                self._current.current = False
-                self._maybe_close(self._current)
-            version.current = True
-            self._current = version
-            self._manifest_stat = key
-            logger.info("index reader now serves version %s", info.version)
-            return version
+            return self._install(manifest, version, key)
         raise StorageUnavailable(f"index manifest {path} keeps naming removed versions; check the builder")
 
-    def _maybe_close(self, v: _Version) -> None:
+    def _refresh_remote(self, cached_only: bool) -> None:
+        """Poll the manifest on S3 when due (at most every ``manifest_poll_s``), outside the lock:
+        requests meanwhile keep the current version. A failed poll keeps serving it too."""
+        with self._lock:
+            if self._current is not None and (time.monotonic() < self._next_poll or self._polling):
+                return
+            if cached_only:
+                raise NotCached("index manifest poll due")
+            self._polling = True
+        try:
+            self._poll()
+        except (StorageUnavailable, ChecksumMismatch) as exc:
+            if self._current is None:
+                raise
+            logger.warning("index manifest poll failed; still serving version %s: %s", self._current.version, exc)
+        finally:
+            with self._lock:
+                self._polling = False
+                self._next_poll = time.monotonic() + self.manifest_poll_s
+
+    def _poll(self) -> None:
+        for _attempt in range(3):
+            found = self.breaker.call(lambda: self._index.read_tagged(MANIFEST_REL))
+            if found is None:
+                raise StorageUnavailable(
+                    f"no index at {self._index.uri(MANIFEST_REL)}: run `crawlstream index build` first"
+                )
+            data, tag = found
+            if tag == self._manifest_key and self._current is not None:
+                return
+            manifest = Manifest.from_bytes(data)
+            info = manifest.current()
+            with self._lock:
+                version = self._versions.get(info.version)
+            try:
+                version = version or self._open(info)
+            except (FileNotFoundError, VersionGone):
+                continue  # gc removed it between our read and open: the manifest has moved on
+            with self._lock:
+                self._install(manifest, version, tag)
+            return
+        raise StorageUnavailable(f"index manifest {self._index.uri(MANIFEST_REL)} keeps naming removed versions")
+
+    def _maybe_close(self, v: Version) -> None:
+        """Close an unpinned old version (under the lock); on S3 the last few stay open while the
+        manifest lists them (paging clients come back to them; reopening costs several GETs)."""
+        if v.refs or v.current:
+            return
+        listed = self._manifest is not None and any(i.version == v.version for i in self._manifest.versions)
+        if listed and self.idle_versions_kept:
+            self._idle[v.version] = v
+            self._idle.move_to_end(v.version)
+            while len(self._idle) > self.idle_versions_kept:
+                self._close_idle(next(iter(self._idle)))
+            return
+        self._idle.pop(v.version, None)
+        self._versions.pop(v.version, None)
+        v.close()
+
+    def _close_idle(self, name: str) -> None:
+        v = self._idle.pop(name)
         if v.refs == 0 and not v.current:
-            self._versions.pop(v.version, None)
+            self._versions.pop(name, None)
             v.close()
 
-    def pin(self, *, cached_only: bool = False) -> PinnedIndex:
-        """The current version, pinned. ``cached_only``: the pin raises :class:`NotCached` instead
-        of reading a row group that is not cached (the API answers such a request on the event
-        loop, where a Parquet read would block it, and retries a miss on its thread pool)."""
-        with self._lock:
-            v = self._refresh()
-            v.refs += 1
+    def pin(self, *, cached_only: bool = False, version: str | None = None) -> PinnedIndex:
+        """The current version (or ``version``, if the manifest still lists it), pinned.
+        ``cached_only``: the pin raises :class:`NotCached` instead of reading a row group that is
+        not cached, or anything from S3 (the API answers such a request on the event loop, where
+        a read would block it, and retries a miss on its thread pool)."""
+        if version is not None:
+            return self._pin_version(version, cached_only)
+        if self.remote:
+            self._refresh_remote(cached_only)
+            with self._lock:
+                v = self._current
+                if v is None:
+                    raise StorageUnavailable(f"no index version is open from {self._index}")
+                v.refs += 1
+        else:
+            with self._lock:
+                v = self._refresh_local()
+                v.refs += 1
         return PinnedIndex(self, v, cached_only)
 
-    def _unpin(self, v: _Version) -> None:
+    def _pin_version(self, name: str, cached_only: bool) -> PinnedIndex:
+        """Pin version ``name`` if the manifest lists it (opening it if needed), else VersionGone."""
+        self.pin(cached_only=cached_only).release()  # the manifest as fresh as for any request
+        for attempt in range(3):
+            with self._lock:
+                manifest = self._manifest
+                info = next((i for i in manifest.versions if i.version == name), None) if manifest else None
+                v = self._versions.get(name) if info is not None else None
+                if v is not None:
+                    v.refs += 1
+                    self._idle.pop(name, None)
+                    return PinnedIndex(self, v, cached_only)
+            if cached_only:
+                raise NotCached(f"index version {name} is not open")
+            if info is None:
+                if attempt == 0 and self.remote:  # it may be newer than our last poll (another replica)
+                    self._poll()
+                    continue
+                break
+            try:
+                opened = self._open(info)
+            except (FileNotFoundError, VersionGone):
+                break
+            with self._lock:
+                if name in self._versions:  # another request opened it meanwhile
+                    opened.close()
+                    continue
+                opened.current = False
+                opened.refs += 1
+                self._versions[name] = opened
+                return PinnedIndex(self, opened, cached_only)
+        current = self._current.version if self._current is not None else "none"
+        raise VersionGone(f"index version {name} is no longer kept (now serving {current}): "
+                          "start over from the first page without a version")
+
+    def _unpin(self, v: Version) -> None:
         with self._lock:
             v.refs -= 1
             self._maybe_close(v)
@@ -393,27 +355,53 @@ class IndexReader:
         with self._lock:
             for v in list(self._versions.values()):
                 v.current = False
+                self._idle.pop(v.version, None)
                 if v.refs == 0:
-                    self._maybe_close(v)
+                    self._versions.pop(v.version, None)
+                    v.close()
             self._current = None
-            self._manifest_stat = None
+            self._manifest_key = None
+            self._blocks.clear()
 
     # -- lake access -------------------------------------------------------------------
+
+    def _open_parquet(self, rel: str) -> tuple[pq.ParquetFile, threading.Lock]:
+        """An open lake file. Locally an ``OSFile`` (no filesystem resolution); on S3 a
+        :class:`RangedFile` with ``pre_buffer`` (a row group's columns in one GET). The few-valued
+        string columns stay dictionaries (16k rows decode to 16k indices, not 16k strings); page
+        checksums are verified where the writer recorded them."""
+        if self._lake.is_local:
+            source: Any = pa.OSFile(os.path.join(self._lake_root, rel))
+            pre_buffer = False
+        else:
+            handle = self.breaker.call(lambda: self._lake.open_input(rel))
+            source, pre_buffer = RangedFile(self._lake, handle, rel, self.breaker), True
+        pf = pq.ParquetFile(source, pre_buffer=pre_buffer, read_dictionary=DICT_COLUMNS,
+                            page_checksum_verification=True)
+        return pf, threading.Lock()
 
     def _row_group(
         self, rel: str, rg: int, *, lookup: bool = False, columns: tuple[str, ...] | None = None
     ) -> pa.Table:
-        """A decoded row group (``ROW_COLUMNS``, or ``columns``: cached under their own key)."""
-        def load_file() -> tuple[pq.ParquetFile, threading.Lock]:
-            # an open file (not a path: no filesystem resolution); the few-valued string
-            # columns stay dictionaries (16k rows decode to 16k indices, not 16k strings)
-            source = pa.OSFile(os.path.join(self._lake_root, rel))
-            return pq.ParquetFile(source, pre_buffer=False, read_dictionary=DICT_COLUMNS), threading.Lock()
-
+        """A decoded row group (``ROW_COLUMNS``, or ``columns``: cached under their own key).
+        A file that fails to decode (a page checksum, a damaged footer) is opened and read once
+        more (a torn network read), then raises ``ChecksumMismatch``: never wrong rows."""
         def load() -> pa.Table:
-            pf, lock = self._parquet.get_or_load(rel, load_file)
-            with lock:
-                return pf.read_row_group(rg, columns=list(columns or ROW_COLUMNS), use_threads=False)
+            for attempt in (0, 1):
+                try:
+                    pf, lock = self._parquet.get_or_load(rel, lambda: self._open_parquet(rel))
+                    with lock:
+                        return pf.read_row_group(rg, columns=list(columns or ROW_COLUMNS), use_threads=False)
+                except _PASS_THROUGH:
+                    raise
+                except (OSError, pa.ArrowException, ChecksumMismatch) as exc:
+                    self._parquet.pop(rel)
+                    if attempt:
+                        logger.error("lake file %s row group %d cannot be decoded: %s", self._lake.uri(rel), rg, exc)
+                        raise ChecksumMismatch(f"lake file {self._lake.uri(rel)} row group {rg} is corrupt ({exc}); "
+                                               "restore or rewrite the file") from exc
+                    logger.warning("lake file %s row group %d failed to decode; reading it again", rel, rg)
+            raise AssertionError("unreachable")
 
         key: tuple[Any, ...] = (rel, rg) if columns is None else (rel, rg, *columns)
         return (self._lookups if lookup else self._row_groups).get_or_load(key, load)
@@ -422,7 +410,7 @@ class IndexReader:
 class PinnedIndex:
     """One version of the index, fixed for the life of this object (a request)."""
 
-    def __init__(self, reader: IndexReader, version: _Version, cached_only: bool = False) -> None:
+    def __init__(self, reader: IndexReader, version: Version, cached_only: bool = False) -> None:
         self._reader = reader
         self._v = version
         self._cached_only = cached_only
@@ -466,8 +454,8 @@ class PinnedIndex:
 
     def datasets_for_domain_id(self, domain: str, domain_id: int) -> list[DatasetCount]:
         """:meth:`datasets_for_domain` for a domain already looked up with :meth:`domain_id`."""
-        counts = self._v.counts(domain, domain_id)
-        return [DatasetCount(ds, counts.get(ds, 0)) for ds in self._v.datasets_bitmap(domain_id)]
+        counts = self._v.counts(domain, domain_id, self._cached_only)
+        return [DatasetCount(ds, counts.get(ds, 0)) for ds in self._v.datasets_bitmap(domain_id, self._cached_only)]
 
     def _key(self, domain: str, dataset_id: int) -> tuple[int, int, bool, list[Segment], list[int]] | None:
         did = self._v.domain_id(domain)
@@ -476,7 +464,7 @@ class PinnedIndex:
         v = self._v
 
         def load() -> tuple[int, bool, list[Segment], list[int]] | None:
-            pair = v.pair(domain, did, dataset_id)
+            pair = v.pair(domain, did, dataset_id, self._cached_only)
             if pair is None:
                 return None
             count, runs = pair
@@ -558,7 +546,7 @@ class PinnedIndex:
         if did is None:
             return []
         found = []
-        for ds in self._v.datasets_bitmap(did):
+        for ds in self._v.datasets_bitmap(did, self._cached_only):
             k = self._key(canon.domain, ds)
             if k is None:
                 continue

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from crawlstream.durable import try_lock_exclusive, write_atomically
-from crawlstream.errors import StorageUnavailable
+from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 from crawlstream.objectstore._location import Location
 
 __all__ = ["ObjectInfo", "ObjectStore", "RetryPolicy", "is_checksum_failure"]
@@ -190,7 +190,12 @@ class ObjectStore:
         return self.retry.run(what, fn, _boto_transient)
 
     def _pa(self, what: str, fn: Callable[[], T]) -> T:
-        return self.retry.run(what, fn, _pyarrow_transient)
+        try:
+            return self.retry.run(what, fn, _pyarrow_transient)
+        except OSError as exc:
+            if is_checksum_failure(exc):
+                raise ChecksumMismatch(f"{what}: the bytes received do not match the server's checksum: {exc}") from exc
+            raise
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -443,6 +443,18 @@ class IndexSettings:
         "cached is served on the API's event loop, others read Parquet on its thread pool",
         check=positive,
     )
+    postings_cache_mb: int = setting(
+        256,
+        "memory budget (MiB) of a reader's decoded postings blocks (and ranges of index files read from S3); "
+        "a /v1/domain whose block is cached answers from memory",
+        check=positive,
+    )
+    manifest_poll_s: float = setting(
+        1.0,
+        "a reader of an index on S3 re-reads index/manifest.json at most this often (a new version is "
+        "served within it); a local reader checks the file's inode and mtime on every request instead",
+        check=positive,
+    )
     build_interval_s: float = setting(
         30.0, "index-compactor: seconds between incremental builds (new lake files become visible)", check=positive
     )
