@@ -9,14 +9,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["die_with_parent", "free_port", "stop_processes"]
+from crawlstream.errors import ConfigError
+
+__all__ = ["die_with_parent", "find_cached", "free_port", "stop_processes"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,3 +58,28 @@ def stop_processes(
             logger.warning("%s (pid %d) ignored %s for %.0fs; killing it", what, process.pid, name, timeout_s)
             process.kill()
             process.wait(timeout=10)
+
+
+def find_cached(
+    explicit: str | os.PathLike[str] | None,
+    env_var: str,
+    cache_rel: Path,
+    complete: Callable[[Path], bool],
+    missing: str,
+) -> Path:
+    """A tool a Makefile target put in the git-ignored ``.cache``: ``explicit``, ``$env_var``, or
+    ``cache_rel`` under the working directory or the checkout this package runs from; the first
+    that is ``complete``. ``ConfigError`` otherwise: ``missing`` (what, and the make target), the
+    places looked in and the variable."""
+    candidates: list[Path] = []
+    if explicit:
+        candidates.append(Path(explicit))
+    elif os.environ.get(env_var):
+        candidates.append(Path(os.environ[env_var]))
+    else:
+        candidates.append(Path.cwd() / cache_rel)
+        candidates.extend(parent / cache_rel for parent in Path(__file__).resolve().parents)
+    for path in candidates:
+        if complete(path):
+            return path
+    raise ConfigError(f"{missing} (looked in {', '.join(map(str, candidates[:2]))}); or set {env_var}")

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from crawlstream.devtools.localproc import die_with_parent, free_port, stop_processes
+from crawlstream.devtools.localproc import die_with_parent, find_cached, free_port, stop_processes
 from crawlstream.errors import BusUnavailable, ConfigError
 
 __all__ = ["APICURIO_VERSION", "CCOMPAT_PATH", "LocalSchemaRegistry", "find_registry_java", "find_schema_registry"]
@@ -60,23 +60,13 @@ def find_schema_registry(explicit: str | os.PathLike[str] | None = None) -> Path
     """The unpacked Apicurio Registry app (the directory of ``quarkus-run.jar``): ``explicit``,
     ``$CRAWLSTREAM_SCHEMA_REGISTRY_HOME``, or ``.cache/schema-registry/app`` in the working
     directory or the checkout this package runs from."""
-    candidates: list[Path] = []
-    if explicit:
-        candidates.append(Path(explicit))
-    elif os.environ.get(_HOME_ENV):
-        candidates.append(Path(os.environ[_HOME_ENV]))
-    else:
-        candidates.append(Path.cwd() / _CACHE_REL)
-        candidates.extend(parent / _CACHE_REL for parent in Path(__file__).resolve().parents)
-    for path in candidates:
-        if (path / "quarkus-run.jar").is_file() and (
-            path / "app" / f"apicurio-registry-app-{APICURIO_VERSION}.jar"
-        ).is_file():
-            return path
-    raise ConfigError(
-        f"Apicurio Registry {APICURIO_VERSION} not found (looked in {', '.join(map(str, candidates[:2]))}); "
-        f"run `make schema-registry` in the checkout (fetches it with Maven), or set {_HOME_ENV}"
+    return find_cached(
+        explicit, _HOME_ENV, _CACHE_REL, lambda path: (path / "quarkus-run.jar").is_file()
+        and (path / "app" / f"apicurio-registry-app-{APICURIO_VERSION}.jar").is_file(),
+        f"Apicurio Registry {APICURIO_VERSION} not found: run `make schema-registry` in the checkout "
+        "(fetches it with Maven)",
     )
+
 
 
 def _java_major(java: Path) -> int | None:

@@ -35,7 +35,7 @@ import socket
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -684,19 +684,23 @@ class IndexBuilder:
             if removed:
                 write_manifest(idir.parent, Manifest(manifest.current_version, tuple(kept), manifest.parquet_root))
             # Lake files a compaction retired may go once no kept (or pinned) version uses them.
-            still: set[str] = set()
-            for v in kept:
-                still.update(f.path for f in self._load_files(v))
-            gone: set[str] = set()
-            for v in manifest.versions:
-                gone.update(v.stats.get("retired", []))
-            for rel in sorted(gone - still):
+            for rel in self.unused_retired(manifest.versions, kept):
                 with contextlib.suppress(FileNotFoundError):
                     self.lake_store.local_path(rel).unlink()
                     result.removed_lake_files.append(rel)
         logger.info("index gc: removed %s, pinned %s, %d lake files deleted",
                     result.removed_versions, result.pinned_versions, len(result.removed_lake_files))
         return result
+
+    def unused_retired(self, versions: Sequence[VersionInfo], kept: Sequence[VersionInfo]) -> list[str]:
+        """Lake files a compaction retired (in any of ``versions``) that no ``kept`` version reads."""
+        still: set[str] = set()
+        for v in kept:
+            still.update(f.path for f in self._load_files(v))
+        retired: set[str] = set()
+        for v in versions:
+            retired.update(v.stats.get("retired", []))
+        return sorted(retired - still)
 
     @staticmethod
     def _remove_version_dir(path: Path) -> None:

@@ -84,14 +84,8 @@ def gc_s3(builder: IndexBuilder, keep: int) -> GcResult:
             result.removed_tmp_dirs.append(name)
     if manifest.versions:
         gone_versions = {v.version for v in removed}
-        still: set[str] = set()
-        for v in manifest.versions:
-            if v.version not in gone_versions:
-                still.update(f.path for f in builder._load_files(v))
-        retired: set[str] = set()
-        for v in manifest.versions:
-            retired.update(v.stats.get("retired", []))
-        for rel in sorted(retired - still):
+        kept = [v for v in manifest.versions if v.version not in gone_versions]
+        for rel in builder.unused_retired(manifest.versions, kept):
             if lake.exists(rel):
                 lake.delete(rel)
                 result.removed_lake_files.append(rel)

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from crawlstream.devtools.localproc import die_with_parent, free_port, stop_processes
+from crawlstream.devtools.localproc import die_with_parent, find_cached, free_port, stop_processes
 from crawlstream.durable import write_atomically
 from crawlstream.errors import BusUnavailable, ConfigError
 
@@ -77,21 +77,11 @@ logger.request.level = WARN
 def find_kafka_libs(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The directory of Kafka's jars: ``explicit``, ``$CRAWLSTREAM_KAFKA_LIBS``, or
     ``.cache/kafka/libs`` in the working directory or the checkout this package runs from."""
-    candidates: list[Path] = []
-    if explicit:
-        candidates.append(Path(explicit))
-    elif os.environ.get(_LIBS_ENV):
-        candidates.append(Path(os.environ[_LIBS_ENV]))
-    else:
-        candidates.append(Path.cwd() / _CACHE_REL)
-        candidates.extend(parent / _CACHE_REL for parent in Path(__file__).resolve().parents)
-    for path in candidates:
-        if (path / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
-            return path
-    raise ConfigError(
-        f"Apache Kafka {KAFKA_VERSION} jars not found (looked in {', '.join(map(str, candidates[:2]))}); "
-        f"run `make kafka` in the checkout (fetches them with Maven), or set {_LIBS_ENV}"
+    return find_cached(
+        explicit, _LIBS_ENV, _CACHE_REL, lambda path: (path / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file(),
+        f"Apache Kafka {KAFKA_VERSION} jars not found: run `make kafka` in the checkout (fetches them with Maven)",
     )
+
 
 
 def _java() -> str:

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from crawlstream.devtools.localproc import die_with_parent, free_port, stop_processes
-from crawlstream.errors import ConfigError, StorageUnavailable
+from crawlstream.devtools.localproc import die_with_parent, find_cached, free_port, stop_processes
+from crawlstream.errors import StorageUnavailable
 
 __all__ = ["VERSITYGW_VERSION", "LocalS3", "find_versitygw"]
 
@@ -41,21 +41,11 @@ REGION: Final = "us-east-1"
 def find_versitygw(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The versitygw binary: ``explicit``, ``$CRAWLSTREAM_VERSITYGW``, or ``.cache/versitygw/...``
     in the working directory or the checkout this package runs from."""
-    candidates: list[Path] = []
-    if explicit:
-        candidates.append(Path(explicit))
-    elif os.environ.get(_BIN_ENV):
-        candidates.append(Path(os.environ[_BIN_ENV]))
-    else:
-        candidates.append(Path.cwd() / _CACHE_REL)
-        candidates.extend(parent / _CACHE_REL for parent in Path(__file__).resolve().parents)
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    raise ConfigError(
-        f"versitygw {VERSITYGW_VERSION} not found (looked in {', '.join(map(str, candidates[:2]))}); "
-        f"run `make s3` in the checkout (builds it with `go install`), or set {_BIN_ENV}"
+    return find_cached(
+        explicit, _BIN_ENV, _CACHE_REL, lambda path: path.is_file() and os.access(path, os.X_OK),
+        f"versitygw {VERSITYGW_VERSION} not found: run `make s3` in the checkout (builds it with `go install`)",
     )
+
 
 
 class LocalS3:
