@@ -87,6 +87,11 @@ def _fuzz(base_url: str, headers: dict[str, str]) -> tuple[list[str], dict[int, 
 
     Returns the 5xx seen and how many responses of each status came back."""
     schema = schemathesis.openapi.from_url(base_url + "/openapi.json")
+    # A request with an unknown query parameter (negative data: the API ignores those) whose valid
+    # `version` names an index version no longer kept is answered 410 before anything else looks
+    # at it: the documented answer to the valid part, so a rejection too.
+    rejection = schema.config.checks.negative_data_rejection
+    rejection.expected_statuses = [*rejection.expected_statuses, "410"]
     failures: list[str] = []
     statuses: dict[int, int] = {}
     for result in schema.get_all_operations():
