@@ -25,8 +25,11 @@ from crawlstream.store import ContentStore, ShardedStore, StoreConfig
 
 WARCIO = Path(sys.executable).with_name("warcio")
 CHILD = Path(__file__).with_name("_archive_child.py")
+# Fast levels: these tests are about where the archive's segments live, not how small they are
+# (zstd 22 and bzip2 trials made each test ~20 s).
+FAST = {"warm_level": 3, "cold_level": 3, "archive_level": 3, "archive_bzip2": False}
 CONFIG = StoreConfig(segment_bytes=64 * 1024, dict_min_samples=8, global_dict_min_samples=16,
-                     maintenance_budget_bytes=256 * 1024)
+                     maintenance_budget_bytes=256 * 1024, **FAST)
 
 
 def _pages(real_pages: list[tuple[str, bytes]], n: int = 60) -> dict[str, bytes]:
@@ -137,7 +140,7 @@ def test_delete_and_compaction_remove_archive_objects(
     tmp_path: Path, archive: ObjectStore, real_pages: list[tuple[str, bytes]]
 ) -> None:
     pages = _pages(real_pages)
-    config = StoreConfig(segment_bytes=64 * 1024, compact_dead_ratio=0.3, maintenance_budget_bytes=256 * 1024)
+    config = StoreConfig(segment_bytes=64 * 1024, compact_dead_ratio=0.3, maintenance_budget_bytes=256 * 1024, **FAST)
     with ContentStore(tmp_path / "store", config=config, archive=archive) as store:
         _fill(store, pages)
         store.maintain(ages_zero=True)
