@@ -66,9 +66,10 @@ def lake_count(root: Path, where: str = "true") -> int:
     return int(duckdb.sql(sql).fetchall()[0][0])
 
 
-def served(root: Path) -> dict[tuple[str, int], tuple[int, list[str]]]:
-    """(domain, dataset) -> (count, every URL) as the index serves them."""
-    IndexBuilder(root).build()
+def served(root: Path, *, build: bool = True) -> dict[tuple[str, int], tuple[int, list[str]]]:
+    """(domain, dataset) -> (count, every URL) as the index serves them (built first when ``build``)."""
+    if build:
+        IndexBuilder(root).build()
     reader = IndexReader(root)
     try:
         out = {}

@@ -10,29 +10,14 @@ import pytest
 
 from crawlstream.devtools.locals3 import LocalS3
 from crawlstream.errors import StorageUnavailable
-from crawlstream.index import IndexBuilder, IndexReader
+from crawlstream.index import IndexBuilder
 from crawlstream.lake._staging import StagingLog
 from crawlstream.lake.service import build, staging_root
 from crawlstream.objectstore import lake_location, open_objects
 from crawlstream.settings import Settings
 from tests.index._s3 import mirror
 from tests.services._support import drain, host_for
-from tests.services.test_parquet_sink import EXPECTED_SERVED, run_sink, send_events
-
-
-def _served(root: Path) -> dict[tuple[str, int], tuple[int, list[str]]]:
-    reader = IndexReader(root)
-    try:
-        out = {}
-        with reader.pin() as idx:
-            for domain in ("example.com", "example.net", "example.org"):
-                for dc in idx.datasets_for_domain(domain) or []:
-                    page = idx.urls(domain, dc.dataset_id, 0, 1000)
-                    assert page is not None
-                    out[(domain, dc.dataset_id)] = (dc.url_count, [i.url for i in page.items])
-        return out
-    finally:
-        reader.close()
+from tests.services.test_parquet_sink import EXPECTED_SERVED, run_sink, send_events, served
 
 
 def test_a_publication_interrupted_by_an_outage_keeps_the_staged_rows_and_leaves_no_object(
@@ -58,4 +43,4 @@ def test_a_publication_interrupted_by_an_outage_keeps_the_staged_rows_and_leaves
     run_sink(settings)  # recovers the staging log into the lake
     assert len(lake.list("urls")) > 0
     IndexBuilder.from_settings(settings).build()
-    assert _served(mirror(lake, tmp_path / "mirror")) == EXPECTED_SERVED
+    assert served(mirror(lake, tmp_path / "mirror"), build=False) == EXPECTED_SERVED
