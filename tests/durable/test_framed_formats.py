@@ -342,7 +342,7 @@ CRC_ALLOWED = {
     "libs/crawlstream/bus/_embedded_log.py": "checks those batches' CRCs when it recovers a segment's tail",
     "libs/crawlstream/status/_embedded_offsets.py": "reads the embedded log's head file (its CRC)",
     "libs/crawlstream/index/_formats.py": "postings blocks: a CRC in a block header of the index file",
-    "libs/crawlstream/index/_storage.py": "index files read from object storage: each file's CRC32 the manifest records",
+    "libs/crawlstream/index/_storage.py": "index files read from object storage: the CRC32 the manifest records",
     "libs/crawlstream/dedupe/_filter.py": "Bloom snapshots: one CRC over a whole file",
 }
 
