@@ -43,7 +43,6 @@ from kafka_support import (
     ServiceProcess,
     crawled,
     deployment_of,
-    make_reference,
     read_topic,
     wait_for,
     wait_for_pages,
@@ -58,12 +57,6 @@ from crawlstream.topics import ALL_TOPICS, CONTENT_STORED, FETCH_REQUESTS, FETCH
 from crawlstream.urls import partition_for
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    """``crawlstream run`` on the embedded log, same web and settings, same index build and API walk."""
-    return make_reference(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

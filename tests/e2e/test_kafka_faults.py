@@ -25,19 +25,12 @@ from kafka_support import (
     ServiceProcess,
     crawled,
     logger,
-    make_reference,
     wait_for_pages,
 )
 
 from crawlstream.topics import ALL_TOPICS
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    """``crawlstream run`` on the embedded log, same web and settings, same index build and API walk."""
-    return make_reference(tmp_path_factory)
 
 
 def leader_of_most_partitions(bootstrap_servers: str) -> int:
