@@ -147,8 +147,10 @@ def publish_manifest(store: ObjectStore, manifest: Manifest, tag: str | None) ->
 
 def read_manifest(root: Path | ObjectStore) -> Manifest | None:
     if not isinstance(root, Path):
-        found = read_manifest_tagged(root)
-        return None if found is None else found[0]
+        try:
+            return Manifest.from_bytes(root.read(MANIFEST_REL))
+        except FileNotFoundError:
+            return None
     path = index_dir(root) / MANIFEST_NAME
     try:
         data = path.read_bytes()

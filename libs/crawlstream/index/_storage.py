@@ -266,21 +266,20 @@ class RemoteFiles:
     def _whole(self, role: str) -> bytes:
         rel = self._info.files[role]
         crc = self._info.checksum(role).get("crc32")
-        for attempt in (0, 1):
-            data = self._breaker.call(lambda: self._store.read(rel))
-            if _check(data, crc):
-                return data
-            if attempt:
-                raise _mismatch(self._store.uri(rel), data, crc)
-            logger.warning("%s failed its checksum; reading it again", self._store.uri(rel))
-        raise AssertionError("unreachable")
+        return self._verified(self._store.uri(rel), lambda: self._breaker.call(lambda: self._store.read(rel)), crc)
 
     def _ranged(self, handle: pa.NativeFile, rel: str, offset: int, length: int, crc: int | None) -> bytes:
-        what = f"{self._store.uri(rel)} [{offset}+{length}]"
+        return self._verified(f"{self._store.uri(rel)} [{offset}+{length}]",
+                              lambda: self._call(rel, lambda: self._store.read_range(handle, rel, offset, length)), crc)
+
+    @staticmethod
+    def _verified(what: str, fetch: Callable[[], bytes], crc: int | None) -> bytes:
+        """``fetch()`` checked against ``crc``; a mismatch (ours, or the SDK's own check of a
+        whole-object GET) is read once more, a torn network read, before it is an error."""
         for attempt in (0, 1):
             try:
-                data = self._call(rel, lambda: self._store.read_range(handle, rel, offset, length))
-            except ChecksumMismatch:  # the SDK's own check of a whole-object GET
+                data = fetch()
+            except ChecksumMismatch:
                 if attempt:
                     raise
                 logger.warning("%s failed its checksum; reading it again", what)

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from crawlstream.durable import try_lock_exclusive, write_atomically
+from crawlstream.durable import replacing, try_lock_exclusive, write_atomically
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
 from crawlstream.objectstore._location import Location
 
@@ -208,18 +208,10 @@ class ObjectStore:
                 raise
             except OSError as exc:
                 raise StorageUnavailable(f"cannot read {self.uri(rel)}: {exc}") from exc
-
-        def get() -> bytes:
-            self._count("GET")
-            try:
-                body = self._client.get_object(Bucket=self.location.bucket, Key=self.key(rel))["Body"]
-                return bytes(body.read())
-            except Exception as exc:
-                if _is_not_found(exc):
-                    raise FileNotFoundError(self.uri(rel)) from exc
-                raise
-
-        return self._s3(f"GET {self.uri(rel)}", get)
+        found = self._get_object(rel)
+        if found is None:
+            raise FileNotFoundError(self.uri(rel))
+        return found[0]
 
     def read_tagged(self, rel: str) -> tuple[bytes, str] | None:
         """The object and its version tag (ETag; a content hash locally), or None if absent.
@@ -230,6 +222,10 @@ class ObjectStore:
             except FileNotFoundError:
                 return None
             return data, hashlib.blake2b(data, digest_size=16).hexdigest()
+        return self._get_object(rel)
+
+    def _get_object(self, rel: str) -> tuple[bytes, str] | None:
+        """One S3 GET of the whole object: (bytes, ETag), or None if there is none."""
 
         def get() -> tuple[bytes, str] | None:
             self._count("GET")
@@ -322,8 +318,8 @@ class ObjectStore:
         if self.is_local:
             path = self.local_path(rel)
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(source, "rb") as fh:
-                write_atomically(path, fh.read())
+            with replacing(path) as staging:  # copied in blocks, not read whole into memory
+                shutil.copyfile(source, staging)
             return
 
         def opener() -> Any:
@@ -350,8 +346,6 @@ class ObjectStore:
         """A temporary local path to create ``rel``'s content at (``pq.write_table(t, path)``),
         published on a clean exit and removed on an exception (never a half object at ``rel``)."""
         if self.is_local:
-            from crawlstream.durable import replacing
-
             path = self.local_path(rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             with replacing(path) as staging:
