@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
-from typing import Any
 
 from crawlstream.settings import Settings
 
@@ -38,17 +36,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from crawlstream.devtools.locals3 import LocalS3
     from crawlstream.objectstore import parse_location
+    from crawlstream.runtime import install_stop_signals
 
     parse_location(f"s3://{args.bucket}", setting="--bucket")  # ConfigError for a bad name
     given = args.data_dir is not None or "CRAWLSTREAM_DATA_DIR" in os.environ
     s3_dir = settings.data_dir / "s3" if given else None
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    install_stop_signals(stop.set)
     server = LocalS3(data_dir=s3_dir, buckets=(args.bucket,))
     if s3_dir is not None:
         # the same credentials across restarts of a kept server (a lake on it keeps working)
