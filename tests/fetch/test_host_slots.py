@@ -44,28 +44,30 @@ def test_keyed_slots_refuse_a_size_below_one() -> None:
 
 
 def test_a_slow_page_does_not_hold_up_its_hosts_other_pages() -> None:
-    """Five rounds of: one host's slow page and its other pages, with other hosts' pages in
-    parallel (their releases are what stole the slow host's wake-ups)."""
-    with DemoWeb(12, pages_per_domain=6, seed=3, slow_s=2.0) as web:
+    """Four rounds of: one host's slow page and its other pages, with other hosts' pages in
+    parallel (their releases are what stole the slow host's wake-ups). A page held up behind the
+    slow one would take at least the 2.5 s time-out; a loaded machine's queueing for the pool's
+    total limit (counted in ``elapsed_ms``) reached 1.3 s in CI, so the bound is 2 s."""
+    with DemoWeb(12, pages_per_domain=6, seed=3, slow_s=3.5) as web:
         slow_host = web.model.domains[0]
 
         async def go() -> list[tuple[str, str, int]]:
             fetcher = demo_fetcher(
                 web,
-                timeout_s=1.5,
-                read_timeout_s=1.5,
+                timeout_s=2.5,
+                read_timeout_s=2.5,
                 limit_per_host=2,
                 concurrency=16,  # fewer than the URLs: the pool's total limit is reached too
             )
             seen: list[tuple[str, str, int]] = []
             try:
-                for _ in range(5):
+                for _ in range(4):
                     urls = [f"http://{slow_host}/slow"] + [
                         f"http://{d}/p/{i}" for d in web.model.domains for i in range(6)
                     ]
                     started = time.monotonic()
                     outs = await asyncio.gather(*(fetcher.afetch(u) for u in urls))
-                    assert time.monotonic() - started < 5
+                    assert time.monotonic() - started < 6
                     seen += [(o.url, o.outcome, o.elapsed_ms) for o in outs]
             finally:
                 await fetcher.aclose()
@@ -78,4 +80,4 @@ def test_a_slow_page_does_not_hold_up_its_hosts_other_pages() -> None:
     late = [s for s in pages if s[1] == "timeout"]
     assert not late, late[:5]
     assert sum(outcome == "ok" for _, outcome, _ in pages) > len(pages) / 2
-    assert max(ms for *_, ms in pages) < 1000
+    assert max(ms for *_, ms in pages) < 2000

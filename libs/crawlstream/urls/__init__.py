@@ -5,6 +5,7 @@ vectors in schemas/test-vectors/url_keys.json.
 """
 
 from ._canonical import MAX_HOST_LENGTH, MAX_URL_LENGTH, CanonicalUrl, canonicalize
+from ._column import CanonicalColumn, canonicalize_column
 from ._domains import registered_domain, registered_domain_or_host
 from ._hashing import (
     KEY_HASH_MASK,
@@ -21,9 +22,11 @@ __all__ = [
     "KEY_HASH_MASK",
     "MAX_HOST_LENGTH",
     "MAX_URL_LENGTH",
+    "CanonicalColumn",
     "CanonicalUrl",
     "canonical_url_key",
     "canonicalize",
+    "canonicalize_column",
     "compose_key",
     "domain_checksum",
     "domain_prefix",
