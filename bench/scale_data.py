@@ -133,39 +133,35 @@ class _Universe:
 
 
 def generate(out: Path, n_urls: int, *, seed: int = 27, datasets: int = 4,
-             file_rows: int = 2_000_000, chunk: int = 500_000) -> Generated:
+             file_rows: int = 1_000_000, min_files: int = 4, chunk: int = 500_000) -> Generated:
     """``n_urls`` lines over ``datasets`` datasets (popularity shared, as crawls of one web share
-    it), each dataset's lines in zstd text files of at most ``file_rows`` lines (splits for Spark).
-    Files already there from the same arguments are kept (generation is deterministic)."""
+    it), each dataset's lines in at least ``min_files`` zstd text files of equal size, at most
+    ``file_rows`` lines each (the splits Spark reads in parallel). Files already there from the
+    same arguments are kept (generation is deterministic)."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     n_domains = max(1000, n_urls // URLS_PER_DOMAIN)
     universe = _Universe(rng, n_domains)
     per = n_urls // datasets
+    n_files = max(min_files, -(-per // file_rows))
     files: dict[int, list[Path]] = {}
     cctx = zstandard.ZstdCompressor(level=3, threads=2)
     for ds in range(1, datasets + 1):
         files[ds] = []
-        left, part = per, 0
-        while left > 0:
-            rows = min(file_rows, left)
+        for part in range(n_files):
+            rows = per // n_files + (part < per % n_files)
             path = out / f"ds{ds:02d}-{part:04d}.txt.zst"
             files[ds].append(path)
-            if not path.exists():
-                tmp = path.with_suffix(".tmp")
-                with open(tmp, "wb") as raw, cctx.stream_writer(raw) as zw:
-                    done = 0
-                    while done < rows:
-                        k = min(chunk, rows - done)
-                        table = pa.table({"url": universe.urls(rng, k)})
-                        pacsv.write_csv(table, zw, pacsv.WriteOptions(include_header=False, quoting_style="none"))
-                        done += k
-                tmp.rename(path)
-            else:  # keep the random stream where a fresh run would be
-                for _ in range(0, rows, chunk):
-                    universe.urls(rng, min(chunk, rows))
-            left -= rows
-            part += 1
+            if path.exists():  # keep the random stream where a fresh run would be
+                for done in range(0, rows, chunk):
+                    universe.urls(rng, min(chunk, rows - done))
+                continue
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "wb") as raw, cctx.stream_writer(raw) as zw:
+                for done in range(0, rows, chunk):
+                    table = pa.table({"url": universe.urls(rng, min(chunk, rows - done))})
+                    pacsv.write_csv(table, zw, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+            tmp.rename(path)
     return Generated(files, per * datasets, n_domains)
 
 
