@@ -1,7 +1,8 @@
 """URL datasets shaped like the real lists of ../shared/data, at any size, seeded (``bench scale``).
 
 Shape measured on the Reddit webtext list (207k URLs; ``python -m bench.scale_data --shape``
-prints it beside the generator's): ~8 URLs per registered domain with Zipf popularity (top 10
+prints it beside the generator's): ~8 URLs per registered domain with Zipf popularity (domains
+growing with the list's size by Heaps' law, see ``HEAPS_EXPONENT``) (top 10
 domains hold 18% of the URLs, 59% of domains are seen once), 61% of hosts ``www.``, URLs of 70 characters on
 average, 1-8 path segments (2-3 most often), a query on 22% of URLs (median 16 characters).
 A URL's first path segment comes from a small per-domain set, so a domain's URLs share
@@ -25,10 +26,22 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import zstandard
 
-# Candidate domains per URL: with Zipf weights 1/rank over n/3 candidates a 207k-URL draw has 6.2
-# URLs per domain, 25% in the top 10 and 53% singletons (Reddit: 8.4, 18%, 59%; one exponent
-# cannot match all three: a flatter one lowers the head share but loses the singletons).
-URLS_PER_DOMAIN = 3
+# Candidate domains: with Zipf weights 1/rank over n/3 candidates a 207k-URL draw has 6.2 URLs
+# per domain, 25% in the top 10 and 53% singletons (Reddit: 8.4, 18%, 59%; one exponent cannot
+# match all three: a flatter one lowers the head share but loses the singletons). Larger lists
+# grow their domains by Heaps' law, N^0.76: the exponent that joins Reddit's 24.6k domains in
+# 207k URLs to Common Crawl's ~35M registered domains in ~3B pages (its published crawl stats),
+# so 100M URLs draw ~3M domains rather than a fixed share's 33M.
+HEAPS_BASE_URLS = 207_027
+HEAPS_BASE_CANDIDATES = HEAPS_BASE_URLS // 3
+HEAPS_EXPONENT = 0.76
+
+
+def candidate_domains(n_urls: int) -> int:
+    """Candidate domains for a list of ``n_urls`` URLs (see ``HEAPS_EXPONENT``)."""
+    return max(1000, int(HEAPS_BASE_CANDIDATES * (n_urls / HEAPS_BASE_URLS) ** HEAPS_EXPONENT))
+
+
 SEGMENT_COUNTS = np.array([0.157, 0.199, 0.216, 0.137, 0.172, 0.081, 0.027, 0.011])  # 1..8 segments
 QUERY_SHARE = 0.22
 WWW_SHARE = 0.61
@@ -140,7 +153,7 @@ def generate(out: Path, n_urls: int, *, seed: int = 27, datasets: int = 4,
     same arguments are kept (generation is deterministic)."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    n_domains = max(1000, n_urls // URLS_PER_DOMAIN)
+    n_domains = candidate_domains(n_urls)
     universe = _Universe(rng, n_domains)
     per = n_urls // datasets
     n_files = max(min_files, -(-per // file_rows))
