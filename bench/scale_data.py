@@ -219,6 +219,8 @@ if __name__ == "__main__" and "--shape" in sys.argv:
             real += [json.loads(line)["u"] for line in fh]
     with tempfile.TemporaryDirectory() as tmp:
         gen = generate(Path(tmp), len(real), datasets=1)
-        with open(gen.files[1][0], "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as zr:
-            made = zr.read().decode().splitlines()
+        made: list[str] = []
+        for path in gen.files[1]:
+            with open(path, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as zr:
+                made += zr.read().decode().splitlines()
     print(json.dumps({"reddit": _shape(real), "generated": _shape(made)}, indent=2))
