@@ -45,6 +45,7 @@ from crawlstream.lake._schema import (
     lake_urls,
     register_duckdb,
     split_url,
+    split_urls,
 )
 from crawlstream.lake._writer import (
     LAKE_ZSTD_LEVEL,
@@ -96,5 +97,6 @@ __all__ = [
     "register_duckdb",
     "segment_rows",
     "split_url",
+    "split_urls",
     "write_lake_file",
 ]

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from crawlstream.lake._files import REPLACES_KEY, as_store, partition_dir
-from crawlstream.lake._schema import LAKE_SCHEMA, host_prefix, split_url
+from crawlstream.lake._schema import LAKE_SCHEMA, split_urls
 from crawlstream.objectstore import ObjectStore
 from crawlstream.settings import LakeSettings
 
@@ -305,22 +305,17 @@ def build_table(
     ``urls`` are canonical and ``domains`` their registered domains (ValueError otherwise).
     """
     domain_arr = pa.array(domains, pa.string())
-    order, dropped = sort_dedupe(pa.array(urls, pa.string()), domain_arr)
-    idx = order.to_pylist()
-    schemes, prefixes, ports, paths = [], [], [], []
-    for i in idx:
-        s, h, p, q = split_url(urls[i])
-        schemes.append(s)
-        prefixes.append(host_prefix(h, domains[i]))
-        ports.append(p)
-        paths.append(q)
+    url_arr = pa.array(urls, pa.string())
+    order, dropped = sort_dedupe(url_arr, domain_arr)
+    sorted_domains = domain_arr.take(order)
+    schemes, prefixes, ports, paths = split_urls(url_arr.take(order), sorted_domains)
     table = pa.table(
         [
-            domain_arr.take(order),
-            pa.array(schemes, pa.string()),
-            pa.array(prefixes, pa.string()),
-            pa.array(ports, pa.int32()),
-            pa.array(paths, pa.string()),
+            sorted_domains,
+            schemes,
+            prefixes,
+            ports,
+            paths,
             pa.array(ts_ms, pa.int64()).take(order).cast(pa.timestamp("ms")),
             pa.array(extras, pa.string()).take(order),
         ],
