@@ -74,6 +74,13 @@ def test_sliced_and_empty_columns_split_as_row_by_row() -> None:
     assert all(len(c) == 0 for c in split_urls(pa.array([], pa.string()), pa.array([], pa.string())))
 
 
+def test_port_0_which_canonicalize_keeps_is_a_port() -> None:
+    url = canonicalize("http://f:0/c")
+    assert url.url == "http://f:0/c"
+    assert split_url(url.url) == ("http", "f", 0, "/c")
+    assert _columns([url.url], [url.domain]) == [("http", "", 0, "/c")]
+
+
 def test_a_host_not_ending_with_its_domain_or_a_relative_url_is_refused() -> None:
     with pytest.raises(ValueError, match="end with its registered domain"):
         split_urls(pa.array(["http://www.a.com/", "http://www.b.com/"]), pa.array(["a.com", "c.com"]))

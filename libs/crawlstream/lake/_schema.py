@@ -73,7 +73,8 @@ def split_url(url: str) -> tuple[str, str, int | None, str]:
             cut = i
     authority, path_query = rest[:cut], rest[cut:]
     host, colon, port_s = authority.rpartition(":")
-    is_port = port_s.isdigit() and port_s.isascii() and not port_s.startswith("0") and len(port_s) <= 5
+    no_leading_zero = port_s == "0" or not port_s.startswith("0")
+    is_port = port_s.isdigit() and port_s.isascii() and no_leading_zero and len(port_s) <= 5
     if colon and is_port and host and not host.endswith(":"):
         return scheme, host, int(port_s), path_query
     return scheme, authority, None, path_query
@@ -115,7 +116,7 @@ def split_urls(urls: pa.Array, domains: pa.Array) -> tuple[pa.Array, pa.Array, p
     numpy (ingest writes millions of rows; a Python call per row was half of building a lake
     file): the ``scheme``, ``host_prefix``, ``port`` and ``path_query`` columns. The cuts are
     split_url's: the scheme ends at the first ``://``, the authority at the next ``/``, ``?`` or
-    ``#``; a port is 1-5 ASCII digits not starting with 0 after the authority's last ``:``, with
+    ``#``; a port is 1-5 ASCII digits, 0 or not starting with 0, after the authority's last ``:``, with
     a host before it that is not empty and does not end with ``:``."""
     if urls.null_count or domains.null_count:
         raise ValueError("expected canonical URLs and their domains, found a null")
@@ -142,7 +143,7 @@ def split_urls(urls: pa.Array, domains: pa.Array) -> tuple[pa.Array, pa.Array, p
     body = data[_ranges(port_start[maybe], port_len[maybe])]
     non_digit = np.concatenate([[0], np.cumsum((body < ord("0")) | (body > ord("9")))])
     ok = non_digit[ends[1:]] == non_digit[ends[:-1]]
-    ok &= (data[port_start[maybe]] != ord("0")) & (data[last_colon[maybe] - 1] != ord(":"))
+    ok &= ((data[port_start[maybe]] != ord("0")) | (port_len[maybe] == 1)) & (data[last_colon[maybe] - 1] != ord(":"))
     is_port = np.zeros(len(urls), bool)
     is_port[maybe[ok]] = True
     host_end = np.where(is_port, last_colon, auth_end)
