@@ -4,6 +4,10 @@ Data: ../shared/data/urls/reddit-webtext/*.gz (JSON lines, field "u") and
 urls/ada-url-various-datasets/kasztp.txt.gz. Reports URLs/s (best of N passes, caches warm
 as in a long-running service, plus the first cold pass), invalid URLs by reason, and the
 top of a cProfile of one pass. Target: >= 150,000 URLs/s per core.
+
+``column``: the same URLs through ``canonicalize_column`` in Arrow batches of 65,536 against
+the per-row loop it replaces (same batches, warm caches, best of N), and the share of rows its
+vectorised fast path took (ADR 032).
 """
 
 from __future__ import annotations
@@ -17,9 +21,20 @@ import time
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
+
 from bench._harness import main, shared_data
 from crawlstream.errors import InvalidUrl
-from crawlstream.urls import CanonicalUrl, _canonical, _domains, _hashing, canonicalize, url_key
+from crawlstream.urls import (
+    CanonicalUrl,
+    _canonical,
+    _column,
+    _domains,
+    _hashing,
+    canonicalize,
+    canonicalize_column,
+    url_key,
+)
 
 TARGET_URLS_PER_S = 150_000
 
@@ -60,6 +75,36 @@ def one_pass(urls: list[str]) -> Counter[str]:
         except InvalidUrl as exc:
             invalid[exc.reason] += 1
     return invalid
+
+
+def column_vs_row_loop(urls: list[str], passes: int, batch_rows: int = 65_536) -> dict[str, Any]:
+    """CPU us/URL of ``canonicalize_column`` and of the per-row loop it replaced, over the same
+    Arrow batches, plus a bare ``canonicalize`` loop over the Python strings. CPU time (best of
+    ``passes``), not wall time: the bench machine is shared and wall time swings 2x under load."""
+    column = pa.array(urls, pa.string())
+    batches = [column.slice(i, batch_rows) for i in range(0, len(column), batch_rows)]
+    best = {"bare": float("inf"), "row_loop": float("inf"), "column": float("inf")}
+    fast = 0
+    for _ in range(passes):
+        started = time.process_time()
+        for raw in urls:
+            _try_canonicalize(raw)
+        best["bare"] = min(best["bare"], time.process_time() - started)
+        started = time.process_time()
+        for batch in batches:
+            _column._slow_rows(batch)
+        best["row_loop"] = min(best["row_loop"], time.process_time() - started)
+        started = time.process_time()
+        fast = sum(canonicalize_column(batch).fast_rows for batch in batches)
+        best["column"] = min(best["column"], time.process_time() - started)
+    return {
+        "bare_canonicalize_cpu_us_per_url": round(best["bare"] / len(urls) * 1e6, 3),
+        "row_loop_cpu_us_per_url": round(best["row_loop"] / len(urls) * 1e6, 3),
+        "column_cpu_us_per_url": round(best["column"] / len(urls) * 1e6, 3),
+        "speedup_over_row_loop": round(best["row_loop"] / best["column"], 2),
+        "speedup_over_bare_canonicalize": round(best["bare"] / best["column"], 2),
+        "fast_path_fraction": round(fast / len(urls), 4),
+    }
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -108,6 +153,7 @@ def run(quick: bool) -> dict[str, Any]:
         "pure_python_fnv_only_urls_per_s": round(len(canons) / pure_fnv_s),
         "fnv_c_speedup_over_pure_key_step": round(pure_fnv_s / fast_key_s, 1),
         "profile_tottime_top": profile_lines,
+        "column": column_vs_row_loop(urls, 2 if quick else 3),
     }
 
 

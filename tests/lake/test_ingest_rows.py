@@ -80,6 +80,31 @@ def test_jsonl_rows_are_rejected_each_with_its_own_reason(tmp_path: Path) -> Non
     ]
 
 
+def test_rejected_rows_keep_their_exact_reasons_and_messages(tmp_path: Path) -> None:
+    """The batch canonicalization (ADR 032) keeps each rejects message as the per-row import wrote
+    it: a null names the URL field, a reader rejection keeps the reader's reason, and an invalid
+    URL has canonicalize's own message."""
+    lines = [b'{"link": null}', b'{"link": ""}', b'{"link": "ftp://a.example.com/"}', b'"http://b.example.com/"',
+             b'{"link": "HTTP://C.Example.COM:80/x/../y?b=2&a=1#f"}', b'{"link": "http://a..b/"}']
+    path = tmp_path / "exact.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    stats = _ingest(tmp_path, path, url_field="link")
+    assert stats.valid == 1
+    assert [(r["row"], r["reason"], r["error"]) for r in _rejects(tmp_path, path.name)] == [
+        (1, "missing", "no field 'link' (or it is null)"),  # the JSONL reader's
+        (2, "blank", "empty line or value"),
+        (3, "scheme", "expected an http or https URL, found scheme 'ftp'"),
+        (4, "json_not_object", _rejects(tmp_path, path.name)[3]["error"]),
+        (6, "host", "expected a host of letters, digits, '-', '_' and dots (at most 253), found 'a..b'"),
+    ]
+    assert _rejects(tmp_path, path.name)[3]["url"] == '"http://b.example.com/"'
+    table = tmp_path / "exact.parquet"
+    pq.write_table(pa.table({"link": pa.array([None, "http://d.example.com/", ""], pa.string())}), table)
+    _ingest(tmp_path, table, url_field="link")
+    assert [(r["row"], r["reason"], r["error"]) for r in _rejects(tmp_path, table.name)] == [
+        (1, "missing", "no value in 'link' (null)"), (3, "blank", "empty line or value")]
+
+
 @pytest.mark.parametrize(("name", "header"), [("u.txt", b""), ("u.jsonl", b""), ("u.csv", b"url,n\n")])
 def test_a_line_that_is_not_utf8_costs_that_line_only(tmp_path: Path, name: str, header: bytes) -> None:
     def line(i: int) -> bytes:

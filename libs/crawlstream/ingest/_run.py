@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from crawlstream.errors import BadDataError, InvalidUrl
-from crawlstream.ingest._readers import FILE_DAMAGE, check_input, iter_batches
+import pyarrow as pa
+
+from crawlstream.errors import BadDataError
+from crawlstream.ingest._readers import FILE_DAMAGE, Batch, check_input, iter_batches
 from crawlstream.lake import LakeWriter
+from crawlstream.urls import CanonicalColumn, canonicalize_column
 
 __all__ = ["FileStats", "IngestStats", "ingest_files"]
 
@@ -144,6 +147,17 @@ class _Rejected:
             self._out.close()
 
 
+def _canonical_column(batch: Batch) -> CanonicalColumn:
+    """``canonicalize_column`` of a batch's URLs (one call per batch: ADR 032); a row the reader
+    rejected is passed as null, so it is never valid and keeps the reader's reason."""
+    urls = batch.urls
+    if batch.bad:
+        urls = list(urls)
+        for i in batch.bad:
+            urls[i] = None
+    return canonicalize_column(pa.array(urls, pa.string()))
+
+
 def ingest_files(
     paths: Sequence[Path],
     dataset_id: int,
@@ -167,8 +181,6 @@ def ingest_files(
     ``published()`` once before the lake files are written: if it raises (the bus did not
     take the rows), nothing is written to the lake either.
     """
-    from crawlstream.urls import canonicalize
-
     if dataset_id < 0 or dataset_id > 2**31 - 1:
         raise BadDataError(f"dataset id must be in 0..2147483647, got {dataset_id}")
     formats = [check_input(path, fmt=fmt, url_field=url_field) for path in paths]
@@ -183,27 +195,25 @@ def ingest_files(
             for batch in iter_batches(path, fmt=path_fmt, url_field=url_field, ts_field=ts_field,
                                       keep_extras=keep_extras):
                 stats.bad_ts += batch.bad_ts
+                stats.rows += len(batch)
+                column = _canonical_column(batch)
+                urls, domains = column.url.to_pylist(), column.domain.to_pylist()
+                reasons, errors = column.reason.to_pylist(), column.error.to_pylist()
                 for i, raw in enumerate(batch.urls):
-                    stats.rows += 1
-                    reason = error = None
+                    url = urls[i]
+                    if url is not None:
+                        add(dataset_id, url, domains[i], batch.ts_ms[i], batch.extras[i])
+                        if publish is not None:
+                            publish(dataset_id, url, domains[i], batch.ts_ms[i], batch.extras[i])
+                        stats.valid += 1
+                        continue
                     unparsed = batch.bad.get(i)
                     if unparsed is not None:
                         reason, error = unparsed
-                    elif raw is None:
+                    elif reasons[i] == "missing":
                         reason, error = "missing", f"no value in {url_field!r} (null)"
-                    elif not raw:
-                        reason, error = "blank", "empty line or value"
                     else:
-                        try:
-                            canon = canonicalize(raw)
-                        except InvalidUrl as exc:
-                            reason, error = exc.reason, str(exc)
-                        else:
-                            add(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
-                            if publish is not None:
-                                publish(dataset_id, canon.url, canon.domain, batch.ts_ms[i], batch.extras[i])
-                            stats.valid += 1
-                            continue
+                        reason, error = reasons[i], errors[i]
                     rejected.add(batch.first_row + i, raw, reason, error)
                 if progress is not None:
                     progress(stats)
