@@ -112,6 +112,7 @@ _ZSTD_LEVEL = 6
 _POSTINGS_ZSTD_LEVEL = 3
 # What one block in flight is assumed to take (ADR 031): the budget / this = blocks at once.
 _BLOCK_MB = 64
+_UPLOAD_WHOLE = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ class IndexBuilder:
         version = self._next_version(manifest)
         with self._spilling(version) as spill:
             # 3-4. scan the new files and merge with the previous version, block by block
-            files, results, rows_scanned = self._build_blocks(prev, prev_files, new, dropped, spill)
+            files, results, rows_scanned = self._scan_new(prev, prev_files, new, dropped, spill)
             phases["blocks"] = time.perf_counter() - started - sum(phases.values())
             # 5. write the version
             info = self._write_version(version, spill, results, files, retired, rows_scanned)
@@ -394,7 +395,7 @@ class IndexBuilder:
         finally:
             shutil.rmtree(spill, ignore_errors=True)
 
-    def _build_blocks(
+    def _scan_new(
         self, prev: VersionInfo | None, prev_files: list[FileEntry], new: list[LakeFile], dropped: set[str],
         spill: Path,
     ) -> tuple[list[FileEntry], list[BlockResult], int]:
@@ -500,12 +501,20 @@ class IndexBuilder:
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
         return VersionInfo(version, created, self.shards, names, stats, sums)
 
+    def _upload(self, rel: str, path: Path) -> None:
+        """One file of a version to S3: a small one as one PUT from memory, a big one streamed
+        from disk (never more than ``_UPLOAD_WHOLE`` bytes read in)."""
+        if path.stat().st_size <= _UPLOAD_WHOLE:
+            self.index_store.write(rel, path.read_bytes())
+        else:
+            self.index_store.upload(rel, path)
+
     def _publish_version(self, version: str, out: Path, order: list[str]) -> None:
         """The files in ``out`` under ``index/<version>/``: locally ``out`` (``index/.tmp-<version>``)
         fsynced and renamed whole; on S3 each file uploaded (in parallel), unreferenced until the flip."""
         if not self._local:
             with ThreadPoolExecutor(max_workers=max(1, min(8, len(order)))) as pool:
-                list(pool.map(lambda n: self.index_store.upload(f"index/{version}/{n}", out / n), order))
+                list(pool.map(lambda n: self._upload(f"index/{version}/{n}", out / n), order))
             return
         with replacing(self.index_store.local_path("index") / version, tmp=out):
             pass  # fsyncs each file and the directory, renames it
