@@ -194,9 +194,12 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
                 names[b], codes[b] = names[b][k:], codes[b][k:]
                 if not len(names[b]):
                     del names[b], codes[b]
-            text = "\n".join(merged.take(pa.array(order)).to_pylist())
+            listed = pa.ListArray.from_arrays(pa.array([0, len(order)], pa.int32()), merged.take(pa.array(order)))
+            text = pc.binary_join(listed, "\n")[0].as_buffer()  # one blob: no Python string per name
             assert writer is not None
-            writer.write((b"\n" if emitted else b"") + text.encode())
+            if emitted:
+                writer.write(b"\n")
+            writer.write(text)
             dtdr.add(start, length, bigs)
             emitted += len(order)
         if writer is not None:

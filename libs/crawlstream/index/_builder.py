@@ -378,7 +378,7 @@ class IndexBuilder:
     @property
     def _merge_chunk(self) -> int:
         """Names per batch of a block's spilled list: the merge holds one batch of every block."""
-        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (4 * self.shards * 100))))
+        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (16 * self.shards * 100))))
 
     @contextlib.contextmanager
     def _spilling(self, version: str) -> Iterator[Path]:
@@ -440,7 +440,7 @@ class IndexBuilder:
     def _prev_version(self, prev: VersionInfo, prev_files: list[FileEntry], spill: Path) -> PrevVersion:
         """The previous version, read one postings block at a time (its names spilled by block)."""
         rel, names_rel = prev.files["postings"], prev.files["domains"]
-        chunk_bytes = max(1 << 12, (self.index.build_memory_mb << 20) // 16)
+        chunk_bytes = max(1 << 12, (self.index.build_memory_mb << 20) // 256)
         if self._local:
             path = self.index_store.local_path(rel)
 
