@@ -145,13 +145,14 @@ class BlockResult:
     max_dataset: int
     small_keys: np.ndarray  # (m, 2) u64: its distinct small dataset sets (see _build_merge.dtdr_codes)
     small_card: np.ndarray
-    big: list[bytes]  # its distinct serialized roaring bitmaps
+    big: int  # its distinct serialized roaring bitmaps (``big.bin``, their offsets in ``big.idx``)
 
 
 def spill_block(block: int, d: Path, domains: pa.Array, runs: Runs, pair_first: np.ndarray, *,
                 chunk: int, full_dtdr: bool) -> BlockResult:
     """Write a merged block under ``d``: ``names.arrow`` (name, DTDR set code; batches of ``chunk``
-    rows, read back batch by batch by the merge) and ``runs.npy`` (the runs, local ids)."""
+    rows, read back batch by batch by the merge), ``runs.bin`` (the runs, local ids) and the
+    distinct roaring bitmaps (``big.bin``, ``big.idx``)."""
     from crawlstream.index._build_merge import dtdr_codes
 
     pair_domain, pair_dataset = runs.domain_id[pair_first], runs.dataset_id[pair_first]
@@ -168,12 +169,15 @@ def spill_block(block: int, d: Path, domains: pa.Array, runs: Runs, pair_first: 
         cols[i * n : (i + 1) * n] = c
     cols[4 * n : 4 * n + m] = runs.multi_first
     cols[4 * n + m :] = runs.multi_count
+    with open(d / "big.bin", "wb") as fh:
+        fh.write(b"".join(big))
+    np.cumsum([0, *(len(b) for b in big)], dtype=np.int64).tofile(d / "big.idx")
     with open(d / "runs.bin", "wb") as fh:
         fh.write(struct.pack("<QQ", n, m))
         fh.write(cols.tobytes())
     return BlockResult(block, d, len(domains), int(pc.sum(pc.binary_length(domains)).as_py() or 0),
                        len(pair_first), m, url_count(runs, pair_first), int(card.max(initial=0)),
-                       int(pair_dataset.max(initial=0)), small_keys, small_card, big)
+                       int(pair_dataset.max(initial=0)), small_keys, small_card, len(big))
 
 
 def load_runs(d: Path) -> Runs:

@@ -77,25 +77,42 @@ def dtdr_codes(pair_domain: np.ndarray, pair_dataset: np.ndarray, n_domains: int
     return codes, keys.reshape(-1, 2).astype(np.uint64), small_card, big
 
 
+class _BigTable:
+    """A block's distinct roaring bitmaps, read from its spill one at a time."""
+
+    def __init__(self, d: Path) -> None:
+        self.offsets = np.fromfile(d / "big.idx", np.int64)
+        self.fh = open(d / "big.bin", "rb")  # noqa: SIM115 - closed by close()
+
+    def get(self, i: int) -> bytes:
+        self.fh.seek(int(self.offsets[i]))
+        return self.fh.read(int(self.offsets[i + 1] - self.offsets[i]))
+
+    def close(self) -> None:
+        self.fh.close()
+
+
 class _Dtdr:
     """``domain_to_datasets.roar`` written in global domain order: the small sets' section
     (every block's distinct sets, sorted by key: known before the merge), the roaring bitmaps
     as first met, then the index entries (spilled, appended at the end), the header patched."""
 
     def __init__(self, path: Path, entries: Path, results: Sequence[BlockResult], n_domains: int) -> None:
-        keys = np.concatenate([r.small_keys for r in results]) if results else np.zeros((0, 2), np.uint64)
-        cards = np.concatenate([r.small_card for r in results]) if results else np.zeros(0, np.int64)
+        parts = [r.small_keys for r in results]
+        keys = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
+        cards = np.concatenate([r.small_card for r in results]) if parts else np.zeros(0, np.int64)
         order = np.lexsort((keys[:, 1], keys[:, 0]))
-        keys, cards = keys[order], cards[order]
         new = np.ones(len(keys), bool)
-        new[1:] = (keys[1:] != keys[:-1]).any(axis=1)
-        keys, cards = keys[new], cards[new]
+        new[1:] = (keys[order][1:] != keys[order][:-1]).any(axis=1)
+        where = np.empty(len(keys), np.int64)  # every block's set -> its rank among the distinct sets
+        where[order] = np.cumsum(new) - 1
+        keys, cards = keys[order[new]], cards[order[new]]
         sizes = _SMALL_HEADER + 2 * cards
         starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        where = {(int(a), int(b)): i for i, (a, b) in enumerate(keys.tolist())}
+        bounds = np.cumsum([0, *(len(p) for p in parts)])
         # per block: its small codes -> (start, len) in the file
-        self.small = {r.block: (starts[idx], sizes[idx]) for r in results
-                      for idx in [np.array([where[(int(a), int(b))] for a, b in r.small_keys.tolist()], np.int64)]}
+        self.small = {r.block: (starts[where[bounds[i] : bounds[i + 1]]], sizes[where[bounds[i] : bounds[i + 1]]])
+                      for i, r in enumerate(results)}
         rep = np.zeros((len(keys), _SMALL_HEADER + 2 * _SMALL_SET), np.uint8)
         rep[:, 0:4] = np.frombuffer(_COOKIE, np.uint8)
         rep[:, 7:9] = (cards - 1).astype("<u2").view(np.uint8).reshape(-1, 2)
@@ -148,9 +165,9 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
     next_batch = {r.block: 0 for r in live}
     names: dict[int, pa.Array] = {}
     codes: dict[int, np.ndarray] = {}
-    done = {r.block: 0 for r in live}
     dtdr = _Dtdr(out / "domain_to_datasets.roar", spill / "dtdr-entries.bin", results, n)
-    by_block = {r.block: r for r in results}
+    big_tables = {r.block: _BigTable(r.dir) for r in live}
+    dirs = {r.block: r.dir for r in live}
     emitted = 0
     with open(out / "domains.zst", "wb") as fh:
         if n == 0:
@@ -186,10 +203,9 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
                 start[g[small]], length[g[small]] = s_tab[c[small]], l_tab[c[small]]
                 start[g[~small]] = -1
                 for j, code in zip(g[~small].tolist(), c[~small].tolist(), strict=True):
-                    bigs[j] = by_block[b].big[-1 - code]
-                with open(by_block[b].dir / "map.bin", "ab") as mf:
+                    bigs[j] = big_tables[b].get(-1 - code)
+                with open(dirs[b] / "map.bin", "ab") as mf:
                     mf.write((emitted + g).tobytes())
-                done[b] += k
                 pos += k
                 names[b], codes[b] = names[b][k:], codes[b][k:]
                 if not len(names[b]):
@@ -205,6 +221,8 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
         if writer is not None:
             writer.flush(zstandard.FLUSH_FRAME)
     dtdr.finish()
+    for t in big_tables.values():
+        t.close()
 
 
 def _encode_global(r: BlockResult, level: int) -> bytes:

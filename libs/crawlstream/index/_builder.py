@@ -378,7 +378,7 @@ class IndexBuilder:
     @property
     def _merge_chunk(self) -> int:
         """Names per batch of a block's spilled list: the merge holds one batch of every block."""
-        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (16 * self.shards * 100))))
+        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (64 * self.shards * 100))))
 
     @contextlib.contextmanager
     def _spilling(self, version: str) -> Iterator[Path]:
@@ -426,8 +426,11 @@ class IndexBuilder:
             files = ChainMap(mine, prev_by_id)
             runs = count_fragmented(domains, runs, pair_first, is_new, files, multi, touched,
                                     lambda segs: self._distinct_urls(segs, files))
-            return spill_block(block, spill / f"b{block}", domains, runs, pair_first,
-                               chunk=self._merge_chunk, full_dtdr=False)
+            result = spill_block(block, spill / f"b{block}", domains, runs, pair_first,
+                                 chunk=self._merge_chunk, full_dtdr=False)
+            del domains, runs, parts, found
+            pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages: the peak grew with blocks
+            return result
 
         with ThreadPoolExecutor(self.scan_threads) as scan_pool, \
                 ThreadPoolExecutor(self._blocks_at_once) as pool:  # numpy, pyarrow, zstd drop the GIL
