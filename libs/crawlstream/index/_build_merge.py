@@ -155,9 +155,10 @@ class _Dtdr:
         self.entries_path.unlink()
 
 
-def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, level: int) -> None:
+def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, level: int, chunk: int) -> None:
     """``out/domains.zst`` and ``out/domain_to_datasets.roar`` by the k-way merge of the blocks'
-    sorted names; each block's local -> global ids to ``<block dir>/map.bin`` (int64)."""
+    sorted names, holding about ``chunk`` names of each block; each block's local -> global ids to
+    ``<block dir>/map.bin`` (int64)."""
     n = sum(r.domains for r in results)
     total = sum(r.name_bytes for r in results) + max(0, n - 1)
     live = [r for r in results if r.domains]
@@ -175,10 +176,15 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
         writer = zstandard.ZstdCompressor(level=level).stream_writer(fh, size=total, closefd=False) if n else None
         while True:
             for b, reader in readers.items():
-                if b not in names and next_batch[b] < reader.num_record_batches:
+                # keep a batch's worth of every block: a leftover alone would make the next cut tiny
+                while next_batch[b] < reader.num_record_batches and len(names.get(b, ())) < chunk:
                     batch = reader.get_batch(next_batch[b])
                     next_batch[b] += 1
-                    names[b], codes[b] = batch.column(0), batch.column(1).to_numpy()
+                    if b in names:
+                        names[b] = pa.concat_arrays([names[b], batch.column(0)])
+                        codes[b] = np.concatenate([codes[b], batch.column(1).to_numpy()])
+                    else:
+                        names[b], codes[b] = batch.column(0), batch.column(1).to_numpy()
             if not names:
                 break
             more = [b for b in names if next_batch[b] < readers[b].num_record_batches]

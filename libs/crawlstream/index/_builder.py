@@ -473,7 +473,7 @@ class IndexBuilder:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         try:
-            merge_domains(results, out, spill, level=_ZSTD_LEVEL)
+            merge_domains(results, out, spill, level=_ZSTD_LEVEL, chunk=self._merge_chunk)
             write_postings(results, out / "postings.bin", level=_POSTINGS_ZSTD_LEVEL, workers=self._blocks_at_once)
             cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
             (out / "files.tsv.zst").write_bytes(cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))))
