@@ -1,13 +1,13 @@
-"""Steps 3-4 of a build one postings block at a time (ADR 031).
+"""Steps 3-4 of a build one lake prefix at a time (ADR 031).
 
-Every run of a domain sits in one postings block (a lake file's runs go to block
-``int(hh, 16) % shards`` and ``hh`` is a function of the domain), so a block's runs can be
-scanned, merged and their fragmented pairs counted without any other block: a block's
-domains are sorted by name with *local* ids (ranks inside the block), which keep the global
-order since every global id is a rank in the union of the blocks' disjoint name lists. A
-block's result is spilled to disk (its names, runs, DTDR set codes) so the build holds only
-the blocks in flight, whatever the number of URLs; ``_build_merge`` then assigns the global
-ids and writes the version.
+Every run of a domain sits in the lake files of one prefix ``hh`` (a function of the domain;
+postings block ``int(hh, 16) % shards`` is the union of its prefixes' runs), so a prefix's runs
+can be scanned, merged and their fragmented pairs counted without any other: a *unit*'s domains
+are sorted by name with *local* ids (ranks inside the unit), which keep the global order since
+every global id is a rank in the union of the units' disjoint name lists. A unit's result is
+spilled to disk (its names, runs, DTDR set codes) so the build holds only the units in flight,
+1/256 of the version's runs each whatever the block count; ``_build_merge`` then assigns the
+global ids and writes the version.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from crawlstream.index._formats import (
     Segment,
     decode_block,
     inline_segments,
-    postings_block_of,
     run_row_starts,
 )
+
+_UNITS = 256  # lake prefixes: hh is two hex digits
 
 __all__ = ["BlockResult", "PrevVersion", "RunTable", "concat_runs", "count_fragmented", "merge_runs",
            "spill_block", "url_count"]
@@ -132,9 +133,10 @@ def url_count(runs: Runs, pair_first: np.ndarray) -> int:
 
 @dataclass
 class BlockResult:
-    """What the merge needs of one spilled block (everything else is on disk under ``dir``)."""
+    """What the merge needs of one spilled unit, the runs of one lake prefix ``hh`` (everything else
+    is on disk under ``dir``). A postings block is the union of its prefixes' runs."""
 
-    block: int
+    unit: int  # int(hh, 16)
     dir: Path
     domains: int
     name_bytes: int  # UTF-8 bytes of its names (domains.zst's size is known before it is written)
@@ -148,9 +150,9 @@ class BlockResult:
     big: int  # its distinct serialized roaring bitmaps (``big.bin``, their offsets in ``big.idx``)
 
 
-def spill_block(block: int, d: Path, domains: pa.Array, runs: Runs, pair_first: np.ndarray, *,
+def spill_block(unit: int, d: Path, domains: pa.Array, runs: Runs, pair_first: np.ndarray, *,
                 chunk: int, full_dtdr: bool) -> BlockResult:
-    """Write a merged block under ``d``: ``names.arrow`` (name, DTDR set code; batches of ``chunk``
+    """Write a merged unit under ``d``: ``names.arrow`` (name, DTDR set code; batches of ``chunk``
     rows, read back batch by batch by the merge), ``runs.bin`` (the runs, local ids) and the
     distinct roaring bitmaps (``big.bin``, ``big.idx``)."""
     from crawlstream.index._build_merge import dtdr_codes
@@ -175,7 +177,7 @@ def spill_block(block: int, d: Path, domains: pa.Array, runs: Runs, pair_first: 
     with open(d / "runs.bin", "wb") as fh:
         fh.write(struct.pack("<QQ", n, m))
         fh.write(cols.tobytes())
-    return BlockResult(block, d, len(domains), int(pc.sum(pc.binary_length(domains)).as_py() or 0),
+    return BlockResult(unit, d, len(domains), int(pc.sum(pc.binary_length(domains)).as_py() or 0),
                        len(pair_first), m, url_count(runs, pair_first), int(card.max(initial=0)),
                        int(pair_dataset.max(initial=0)), small_keys, small_card, len(big))
 
@@ -189,15 +191,15 @@ def load_runs(d: Path) -> Runs:
     return Runs(did, ds, fid, rows, cols[4 * n : 4 * n + m], cols[4 * n + m :])
 
 
-def block_of_names(names: Iterable[str], blocks: int) -> np.ndarray:
-    """The postings block of each domain: its lake prefix ``hh`` is the top byte of xxh3_64."""
+def unit_of_names(names: Iterable[str]) -> np.ndarray:
+    """The unit of each domain: its lake prefix ``hh`` (``domain_prefix``), the top byte of xxh3_64."""
     h = xxhash.xxh3_64_intdigest
-    return np.fromiter(((h(n.encode()) >> 56) % blocks for n in names), np.int64)
+    return np.fromiter((h(n.encode()) >> 56 for n in names), np.int64)
 
 
 class PrevVersion:
-    """The previous version's runs, one postings block at a time: its ``domains.zst`` is streamed
-    once and its names distributed to per-block files, so no step holds the whole version."""
+    """The previous version's runs, one unit (lake prefix) at a time: its ``domains.zst`` is streamed
+    once and its names distributed to per-unit files, so no step holds the whole version."""
 
     def __init__(self, read_range: Callable[[int, int], bytes], domains: Iterable[bytes], shards: int,
                  files: list[FileEntry], spill: Path, *, chunk_bytes: int) -> None:
@@ -211,7 +213,7 @@ class PrevVersion:
         self._distribute(domains, chunk_bytes)
 
     def _distribute(self, chunks: Iterable[bytes], chunk_bytes: int) -> None:
-        """Names (and their ids) of the previous dictionary into ``prev/<block>.names|.ids``."""
+        """Names (and their ids) of the previous dictionary into ``prev/<unit>.names|.ids``."""
         next_id, tail = 0, b""
         pending: list[bytes] = []
         size = 0
@@ -219,11 +221,11 @@ class PrevVersion:
         def flush(data: bytes) -> None:
             nonlocal next_id
             names = data.decode().split("\n")
-            block = block_of_names(names, self.shards)
+            unit = unit_of_names(names)
             ids = np.arange(next_id, next_id + len(names), dtype=np.int64)
             next_id += len(names)
-            order = np.argsort(block, kind="stable")
-            bounds = np.searchsorted(block[order], np.arange(self.shards + 1))
+            order = np.argsort(unit, kind="stable")
+            bounds = np.searchsorted(unit[order], np.arange(_UNITS + 1))
             arr = np.array(names, dtype=object)
             for b in np.flatnonzero(np.diff(bounds)).tolist():
                 sel = order[bounds[b] : bounds[b + 1]]
@@ -248,34 +250,33 @@ class PrevVersion:
         if data:
             flush(data)
 
-    def carried(self, block: int, new_shards: int, dropped_ids: np.ndarray
+    def carried(self, unit: int, dropped_ids: np.ndarray
                 ) -> tuple[RunTable, dict[tuple[str, int], int], set[tuple[str, int]]]:
-        """The previous runs of new block ``block`` but those of files a compaction replaced,
-        its fragmented pairs' counts, and the pairs that lost rows (to be recounted)."""
-        mine = {f.file_id for f in self.files if postings_block_of(f.hh, new_shards) == block}
-        sources = sorted({postings_block_of(f.hh, self.shards) for f in self.files
-                          if postings_block_of(f.hh, new_shards) == block})
-        parts: list[RunTable] = []
+        """The previous runs of lake prefix ``unit`` but those of files a compaction replaced, its
+        fragmented pairs' counts, and the pairs that lost rows (to be recounted)."""
+        mine = np.fromiter((f.file_id for f in self.files if int(f.hh, 16) == unit), np.int64)
+        ids_path = self.dir / f"{unit}.ids"
+        if not len(mine) or not ids_path.exists():
+            return concat_runs([]), {}, set()
+        b = unit % self.shards  # the previous block of this prefix (blocks hold whole prefixes)
+        runs = decode_block(self.read_range(int(self.offsets[b]), int(self.offsets[b + 1] - self.offsets[b])))
+        keep = np.isin(runs.file_id, mine)
+        ids = np.fromfile(ids_path, np.int64)
+        names = pa.array((self.dir / f"{unit}.names").read_bytes().decode().split("\n")[:-1], pa.string())
+        domains = names.take(pa.array(np.searchsorted(ids, runs.domain_id[keep])))
         multi: dict[tuple[str, int], int] = {}
+        local = np.cumsum(keep) - 1  # a kept run's index among the kept runs
+        for first, count in zip(runs.multi_first.tolist(), runs.multi_count.tolist(), strict=True):
+            if keep[first]:
+                multi[(domains[int(local[first])].as_py(), int(runs.dataset_id[first]))] = count
+        ds, fid, rows = runs.dataset_id[keep], runs.file_id[keep], runs.rows[keep]
+        gone = np.isin(fid, dropped_ids)
         touched: set[tuple[str, int]] = set()
-        for b in sources:
-            runs = decode_block(self.read_range(int(self.offsets[b]), int(self.offsets[b + 1] - self.offsets[b])))
-            ids_path = self.dir / f"{b}.ids"
-            ids = np.fromfile(ids_path, np.int64) if ids_path.exists() else np.zeros(0, np.int64)
-            raw = (self.dir / f"{b}.names").read_bytes() if ids_path.exists() else b""
-            names = pa.array(raw.decode().split("\n")[:-1], pa.string())
-            domains = names.take(pa.array(np.searchsorted(ids, runs.domain_id)))
-            for first, count in zip(runs.multi_first.tolist(), runs.multi_count.tolist(), strict=True):
-                multi[(domains[first].as_py(), int(runs.dataset_id[first]))] = count
-            keep = np.isin(runs.file_id, np.fromiter(mine, np.int64, len(mine)))
-            gone = np.isin(runs.file_id, dropped_ids) & keep
-            if gone.any():  # pairs that lose rows to a compaction are recounted
-                gd = domains.filter(pa.array(gone)).to_pylist()
-                touched.update(zip(gd, runs.dataset_id[gone].tolist(), strict=True))
-            keep &= ~gone
-            parts.append(RunTable(domains.filter(pa.array(keep)), runs.dataset_id[keep], runs.file_id[keep],
-                                  runs.rows[keep], np.zeros(int(keep.sum()), bool)))
-        return concat_runs(parts), multi, touched
+        if gone.any():  # pairs that lose rows to a compaction are recounted
+            touched.update(zip(domains.filter(pa.array(gone)).to_pylist(), ds[gone].tolist(), strict=True))
+        stay = pa.array(~gone)
+        return (RunTable(domains.filter(stay), ds[~gone], fid[~gone], rows[~gone], np.zeros(int((~gone).sum()), bool)),
+                multi, touched)
 
 
 def stream_chunks(reader: Any, size: int = 1 << 20) -> Iterable[bytes]:
@@ -299,4 +300,4 @@ def respill_full(r: BlockResult, *, chunk: int) -> BlockResult:
         domains = pa.ipc.open_file(src).read_all().column(0).combine_chunks()
     did, ds = runs.domain_id, runs.dataset_id
     pair_first = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0))
-    return spill_block(r.block, r.dir, domains, runs, pair_first, chunk=chunk, full_dtdr=True)
+    return spill_block(r.unit, r.dir, domains, runs, pair_first, chunk=chunk, full_dtdr=True)

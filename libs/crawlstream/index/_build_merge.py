@@ -1,12 +1,12 @@
-"""Step 5 of a build from the spilled blocks (ADR 031): the global domain ids and the files.
+"""Step 5 of a build from the spilled units (ADR 031): the global domain ids and the files.
 
-The blocks' sorted name lists are disjoint, so the global order is their k-way merge, done a
-chunk at a time: take the next batch of every block's list, cut at the smallest batch-last
+The units' sorted name lists are disjoint, so the global order is their k-way merge, done a
+chunk at a time: take the next batch of every unit's list, cut at the smallest batch-last
 name, sort the names up to the cut together (pyarrow), emit them. That streams
 ``domains.zst`` (a zstd stream with its size pledged up front), the DTDR index entries in
-global order, and each block's local -> global id map (to a spill file). The postings blocks
-are then re-encoded with global ids (monotonic inside a block, so their order holds) and
-written one after another. Peak memory: the merge's batches and the blocks in flight.
+global order, and each unit's local -> global id map (to a spill file). Each postings block is
+then encoded from its units' runs with global ids and written after the previous one. Peak
+memory: the merge's batches, and the units or blocks in flight.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class _Dtdr:
         starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         bounds = np.cumsum([0, *(len(p) for p in parts)])
         # per block: its small codes -> (start, len) in the file
-        self.small = {r.block: (starts[where[bounds[i] : bounds[i + 1]]], sizes[where[bounds[i] : bounds[i + 1]]])
+        self.small = {r.unit: (starts[where[bounds[i] : bounds[i + 1]]], sizes[where[bounds[i] : bounds[i + 1]]])
                       for i, r in enumerate(results)}
         rep = np.zeros((len(keys), _SMALL_HEADER + 2 * _SMALL_SET), np.uint8)
         rep[:, 0:4] = np.frombuffer(_COOKIE, np.uint8)
@@ -162,13 +162,13 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
     n = sum(r.domains for r in results)
     total = sum(r.name_bytes for r in results) + max(0, n - 1)
     live = [r for r in results if r.domains]
-    readers = {r.block: pa.ipc.open_file(pa.OSFile(str(r.dir / "names.arrow"))) for r in live}
-    next_batch = {r.block: 0 for r in live}
+    readers = {r.unit: pa.ipc.open_file(pa.OSFile(str(r.dir / "names.arrow"))) for r in live}
+    next_batch = {r.unit: 0 for r in live}
     names: dict[int, pa.Array] = {}
     codes: dict[int, np.ndarray] = {}
     dtdr = _Dtdr(out / "domain_to_datasets.roar", spill / "dtdr-entries.bin", results, n)
-    big_tables = {r.block: _BigTable(r.dir) for r in live}
-    dirs = {r.block: r.dir for r in live}
+    big_tables = {r.unit: _BigTable(r.dir) for r in live}
+    dirs = {r.unit: r.dir for r in live}
     emitted = 0
     with open(out / "domains.zst", "wb") as fh:
         if n == 0:
@@ -231,27 +231,46 @@ def merge_domains(results: Sequence[BlockResult], out: Path, spill: Path, *, lev
         t.close()
 
 
-def _encode_global(r: BlockResult, level: int) -> bytes:
-    runs = load_runs(r.dir)
-    gmap = np.fromfile(r.dir / "map.bin", np.int64) if r.domains else np.zeros(0, np.int64)
-    did = gmap[runs.domain_id] if len(runs) else runs.domain_id
-    return encode_block(Runs(did, runs.dataset_id, runs.file_id, runs.rows, runs.multi_first, runs.multi_count),
-                        level=level)
+def _encode_global(units: Sequence[BlockResult], level: int) -> bytes:
+    """One postings block from its units' runs, renumbered with global ids: the units hold disjoint
+    domains, so a stable sort by global id keeps each domain's (dataset, file) order."""
+    did, ds, fid, rows, mf, mc = ([np.zeros(0, np.int64)] for _ in range(6))
+    at = 0
+    for r in units:
+        runs = load_runs(r.dir)
+        gmap = np.fromfile(r.dir / "map.bin", np.int64) if r.domains else np.zeros(0, np.int64)
+        did.append(gmap[runs.domain_id] if len(runs) else runs.domain_id)
+        ds.append(runs.dataset_id)
+        fid.append(runs.file_id)
+        rows.append(runs.rows)
+        mf.append(runs.multi_first + at)
+        mc.append(runs.multi_count)
+        at += len(runs)
+    d, m = np.concatenate(did), np.concatenate(mf)
+    order = np.argsort(d, kind="stable")
+    where = np.empty(len(order), np.int64)
+    where[order] = np.arange(len(order))
+    first = where[m]
+    by_first = np.argsort(first, kind="stable")
+    return encode_block(Runs(d[order], np.concatenate(ds)[order], np.concatenate(fid)[order],
+                             np.concatenate(rows)[order], first[by_first], np.concatenate(mc)[by_first]), level=level)
 
 
-def write_postings(results: Sequence[BlockResult], path: Path, *, level: int, workers: int) -> None:
-    """``postings.bin``: the blocks re-encoded with global ids (``workers`` at a time, at most
-    ``2 * workers`` ahead of the writer), written in order; the offsets patched at the end."""
+def write_postings(results: Sequence[BlockResult], path: Path, *, shards: int, level: int, workers: int) -> None:
+    """``postings.bin``: each block (its units, ``int(hh, 16) % shards``) encoded with global ids
+    (``workers`` at a time, at most ``2 * workers`` ahead of the writer), written in order; the
+    offsets patched at the end."""
     from crawlstream.index._formats import PST_MAGIC, PST_VERSION
 
-    shards = len(results)
+    blocks: list[list[BlockResult]] = [[] for _ in range(shards)]
+    for r in results:
+        blocks[r.unit % shards].append(r)
     offsets = [postings_head_size(shards)]
     with open(path, "wb") as fh, ThreadPoolExecutor(max_workers=workers) as pool:
         fh.write(b"\0" * offsets[0])
         pending: list[Future[bytes]] = []
-        it = iter(results)
-        for r in it:
-            pending.append(pool.submit(_encode_global, r, level))
+        for units in blocks:
+            pending.append(pool.submit(_encode_global, units, level))
             if len(pending) < 2 * workers:
                 continue
             data = pending.pop(0).result()

@@ -49,6 +49,7 @@ import zstandard
 
 from crawlstream.durable import replacing
 from crawlstream.index._build_blocks import (
+    _UNITS,
     BlockResult,
     PrevVersion,
     RunTable,
@@ -67,7 +68,6 @@ from crawlstream.index._formats import (
     decode_files,
     encode_files,
     is_current_postings,
-    postings_block_of,
 )
 from crawlstream.index._manifest import (
     PIN_NAME,
@@ -371,14 +371,14 @@ class IndexBuilder:
 
     @property
     def _blocks_at_once(self) -> int:
-        """Blocks scanned, merged or encoded at once: the workers, as many as the memory budget
-        holds at ``_BLOCK_MB`` each (a block's runs are a 1/shards share of the version's)."""
+        """Units scanned and merged, or blocks encoded, at once: the workers, as many as the memory
+        budget holds at ``_BLOCK_MB`` each (a unit holds 1/256 of the version's runs, a block 1/shards)."""
         return max(1, min(self._workers, self.index.build_memory_mb // _BLOCK_MB))
 
     @property
     def _merge_chunk(self) -> int:
-        """Names per batch of a block's spilled list: the merge holds one batch of every block."""
-        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (64 * self.shards * 100))))
+        """Names per batch of a unit's spilled list: the merge holds about one batch of every unit."""
+        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (64 * _UNITS * 100))))
 
     @contextlib.contextmanager
     def _spilling(self, version: str) -> Iterator[Path]:
@@ -399,26 +399,26 @@ class IndexBuilder:
         self, prev: VersionInfo | None, prev_files: list[FileEntry], new: list[LakeFile], dropped: set[str],
         spill: Path,
     ) -> tuple[list[FileEntry], list[BlockResult], int]:
-        """Steps 3-4, one postings block per task: (the version's files: the previous ones but
+        """Steps 3-4, one lake prefix (unit) per task: (the version's files: the previous ones but
         ``dropped``, then ``new`` with fresh ids; the spilled blocks; the rows scanned)."""
         next_id = max((f.file_id for f in prev_files), default=-1) + 1
         jobs: dict[int, list[tuple[int, LakeFile]]] = defaultdict(list)
         for i, lf in enumerate(new):
-            jobs[postings_block_of(lf.hh, self.shards)].append((next_id + i, lf))
+            jobs[int(lf.hh, 16)].append((next_id + i, lf))
         dropped_ids = np.array([f.file_id for f in prev_files if f.path in dropped], np.int64)
         prev_by_id = {f.file_id: f for f in prev_files}
         old = self._prev_version(prev, prev_files, spill) if prev is not None else None
         scanned: dict[int, FileEntry] = {}
 
-        def one(block: int, scan_pool: ThreadPoolExecutor) -> BlockResult:
+        def one(unit: int, scan_pool: ThreadPoolExecutor) -> BlockResult:
             parts: list[RunTable] = []
             multi: dict[tuple[str, int], int] = {}
             touched: set[tuple[str, int]] = set()
             if old is not None:
-                carried, multi, touched = old.carried(block, self.shards, dropped_ids)
+                carried, multi, touched = old.carried(unit, dropped_ids)
                 parts.append(carried)
             found = list(scan_pool.map(lambda j: self._scan_file(j[0], j[1].dataset_id, j[1].hh, j[1].path),
-                                       jobs.get(block, [])))
+                                       jobs.get(unit, [])))
             mine = {e.file_id: e for e, _ in found}
             scanned.update(mine)
             parts += [t for _, t in found]
@@ -426,15 +426,16 @@ class IndexBuilder:
             files = ChainMap(mine, prev_by_id)
             runs = count_fragmented(domains, runs, pair_first, is_new, files, multi, touched,
                                     lambda segs: self._distinct_urls(segs, files))
-            result = spill_block(block, spill / f"b{block}", domains, runs, pair_first,
+            result = spill_block(unit, spill / f"u{unit}", domains, runs, pair_first,
                                  chunk=self._merge_chunk, full_dtdr=False)
             del domains, runs, parts, found
-            pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages: the peak grew with blocks
+            pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages: the peak grew with units
             return result
 
         with ThreadPoolExecutor(self.scan_threads) as scan_pool, \
                 ThreadPoolExecutor(self._blocks_at_once) as pool:  # numpy, pyarrow, zstd drop the GIL
-            results = list(pool.map(lambda b: one(b, scan_pool), range(self.shards)))
+            units = sorted(set(jobs) | {int(f.hh, 16) for f in prev_files})  # a small lake has few prefixes
+            results = list(pool.map(lambda u: one(u, scan_pool), units))
         if any(r.max_dataset >= 1 << 16 or r.max_card > 4096 for r in results):
             results = [respill_full(r, chunk=self._merge_chunk) for r in results]
         files = [f for f in prev_files if f.path not in dropped] + [scanned[next_id + i] for i in range(len(new))]
@@ -474,7 +475,8 @@ class IndexBuilder:
         out.mkdir(parents=True)
         try:
             merge_domains(results, out, spill, level=_ZSTD_LEVEL, chunk=self._merge_chunk)
-            write_postings(results, out / "postings.bin", level=_POSTINGS_ZSTD_LEVEL, workers=self._blocks_at_once)
+            write_postings(results, out / "postings.bin", shards=self.shards, level=_POSTINGS_ZSTD_LEVEL,
+                           workers=self._blocks_at_once)
             cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
             (out / "files.tsv.zst").write_bytes(cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))))
             (out / PIN_NAME).write_bytes(b"")
