@@ -65,7 +65,7 @@ def concat_runs(parts: list[RunTable]) -> RunTable:
 
 
 def merge_runs(table: RunTable) -> tuple[pa.Array, Runs, np.ndarray, np.ndarray]:
-    """Step 4's merge of one block: its domains sorted by name (their local ids), the runs
+    """Step 4's merge of one unit (lake prefix): its domains sorted by name (their local ids), the runs
     sorted by (domain, dataset, file) with a domain split by a row-group boundary of one file
     joined into one run (no fragmented pairs counted yet), the first run of each (domain,
     dataset) pair, and whether each run comes from a file this build scanned."""

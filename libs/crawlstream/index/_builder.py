@@ -11,10 +11,13 @@ Order of a build (do not reorder: readers depend on step 6 being last):
 4. merge with the previous version's runs (minus runs of files a compaction replaced);
    a (domain, dataset) whose rows now live in more than one file is *fragmented*: its
    exact count is recomputed from its URLs (cross-file dedupe) when its runs changed, else
-   carried forward, and readers merge it;
-5. write every file of the version into ``index/.tmp-<version>``, fsync, rename to
-   ``index/<version>`` (on S3: each file uploaded whole under ``index/<version>/``, a version
-   name no other builder can pick);
+   carried forward, and readers merge it. Steps 3-4 run one lake prefix ``hh`` at a time (a
+   domain's runs are all in one prefix), ``index.build_workers`` at once, each spilled to
+   ``index/.spill-<version>`` so memory does not grow with the lake (ADR 031);
+5. merge the prefixes' sorted domain lists into the global ids and write every file of the
+   version, streamed, into ``index/.tmp-<version>``, fsync, rename to ``index/<version>`` (on
+   S3: each file uploaded whole under ``index/<version>/``, a version name no other builder can
+   pick);
 6. flip ``manifest.json``: locally an atomic rename under the build lock; on S3 a
    compare-and-swap on the manifest's ETag (the one commit point: if another builder flipped
    since step 2 this build fails with ``ManifestConflict``). A crash or a lost swap before 6
