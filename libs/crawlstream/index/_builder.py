@@ -11,10 +11,13 @@ Order of a build (do not reorder: readers depend on step 6 being last):
 4. merge with the previous version's runs (minus runs of files a compaction replaced);
    a (domain, dataset) whose rows now live in more than one file is *fragmented*: its
    exact count is recomputed from its URLs (cross-file dedupe) when its runs changed, else
-   carried forward, and readers merge it;
-5. write every file of the version into ``index/.tmp-<version>``, fsync, rename to
-   ``index/<version>`` (on S3: each file uploaded whole under ``index/<version>/``, a version
-   name no other builder can pick);
+   carried forward, and readers merge it. Steps 3-4 run one lake prefix ``hh`` at a time (a
+   domain's runs are all in one prefix), ``index.build_workers`` at once, each spilled to
+   ``index/.spill-<version>`` so memory does not grow with the lake (ADR 031);
+5. merge the prefixes' sorted domain lists into the global ids and write every file of the
+   version, streamed, into ``index/.tmp-<version>``, fsync, rename to ``index/<version>`` (on
+   S3: each file uploaded whole under ``index/<version>/``, a version name no other builder can
+   pick);
 6. flip ``manifest.json``: locally an atomic rename under the build lock; on S3 a
    compare-and-swap on the manifest's ETag (the one commit point: if another builder flipped
    since step 2 this build fails with ``ManifestConflict``). A crash or a lost swap before 6
@@ -32,10 +35,11 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections import ChainMap, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,29 +47,30 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
-from pyroaring import BitMap
 
 from crawlstream.durable import replacing
+from crawlstream.index._build_blocks import (
+    _UNITS,
+    BlockResult,
+    PrevVersion,
+    RunTable,
+    concat_runs,
+    count_fragmented,
+    decompressing,
+    merge_runs,
+    respill_full,
+    spill_block,
+    stream_chunks,
+)
+from crawlstream.index._build_merge import file_checksums_of, merge_domains, write_postings
 from crawlstream.index._formats import (
     FileEntry,
-    Runs,
     Segment,
-    decode_block,
     decode_files,
-    encode_block,
-    encode_dtdr,
-    encode_dtdr_pairs,
     encode_files,
-    encode_postings,
-    file_checksums,
-    inline_segments,
     is_current_postings,
-    postings_block,
-    postings_block_of,
-    run_row_starts,
 )
 from crawlstream.index._manifest import (
     PIN_NAME,
@@ -108,103 +113,9 @@ def builder_id() -> str:
 # 0.418 B/URL at 3 (0.11 s) vs 0.395 at 9 (0.93 s): the build-rate goal buys level 3.
 _ZSTD_LEVEL = 6
 _POSTINGS_ZSTD_LEVEL = 3
-
-
-@dataclass
-class _RunTable:
-    """Runs as parallel arrays keyed by domain *string* (ids change between versions)."""
-
-    domains: pa.Array  # string per run
-    dataset_id: np.ndarray
-    file_id: np.ndarray
-    rows: np.ndarray
-    is_new: np.ndarray  # bool: the run comes from a file scanned by this build
-
-
-def _concat_runs(parts: list[_RunTable]) -> _RunTable:
-    if not parts:
-        e = np.zeros(0, np.int64)
-        return _RunTable(pa.array([], pa.string()), e, e, e, e.astype(bool))
-    return _RunTable(
-        pa.concat_arrays([p.domains for p in parts]),
-        np.concatenate([p.dataset_id for p in parts]),
-        np.concatenate([p.file_id for p in parts]),
-        np.concatenate([p.rows for p in parts]),
-        np.concatenate([p.is_new for p in parts]),
-    )
-
-
-def _merge_runs(table: _RunTable) -> tuple[pa.Array, Runs, np.ndarray, np.ndarray]:
-    """Step 4's merge: the domains sorted by name (their ids), the runs sorted by (domain,
-    dataset, file) with a domain split by a row-group boundary of one file joined into one run
-    (no fragmented pairs counted yet), the first run of each (domain, dataset) pair, and
-    whether each run comes from a file this build scanned."""
-    # one hash pass over the runs' domain strings, then a sort of the distinct ones
-    encoded = pc.dictionary_encode(table.domains)
-    by_name = pc.sort_indices(encoded.dictionary).to_numpy(zero_copy_only=False)
-    domains = encoded.dictionary.take(pa.array(by_name))
-    rank = np.empty(len(by_name), np.int64)
-    rank[by_name] = np.arange(len(by_name))
-    did = rank[encoded.indices.to_numpy(zero_copy_only=False)]
-    order = np.lexsort((table.file_id, table.dataset_id, did))
-    did, ds, fid, rows, is_new = (did[order], table.dataset_id[order], table.file_id[order],
-                                  table.rows[order], table.is_new[order])
-    # a domain split by a row-group boundary of one file is one run
-    starts = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0)
-                            | (np.diff(fid, prepend=-1) != 0))
-    rows = np.add.reduceat(rows, starts) if len(starts) else rows
-    is_new = np.maximum.reduceat(is_new, starts) if len(starts) else is_new
-    did, ds, fid = did[starts], ds[starts], fid[starts]
-    pair_first = np.flatnonzero((np.diff(did, prepend=-1) != 0) | (np.diff(ds, prepend=-1) != 0))
-    none = np.zeros(0, np.int64)
-    return domains, Runs(did, ds, fid, rows, none, none), pair_first, is_new
-
-
-def _domain_to_datasets(runs: Runs, pair_first: np.ndarray, n_domains: int) -> bytes:
-    """``domain_to_datasets.roar``: each domain's datasets (roaring bitmaps when ids or
-    cardinalities are large, else the compact pairs form)."""
-    pair_domain, pair_dataset = runs.domain_id[pair_first], runs.dataset_id[pair_first]
-    card = np.bincount(pair_domain, minlength=n_domains) if n_domains else np.zeros(0, np.int64)
-    if n_domains and (pair_dataset.max(initial=0) >= 1 << 16 or card.max(initial=0) > 4096):
-        members: list[list[int]] = [[] for _ in range(n_domains)]
-        for d, ds in zip(pair_domain.tolist(), pair_dataset.tolist(), strict=True):
-            members[d].append(ds)
-        return encode_dtdr([BitMap(m).serialize() for m in members])
-    return encode_dtdr_pairs(pair_domain, pair_dataset, n_domains)
-
-
-def _postings_blocks(runs: Runs, files: list[FileEntry], shards: int) -> list[bytes]:
-    """The postings' blocks: 256 hh values onto ``shards`` blocks, so all runs of a lake file
-    land in one block."""
-    file_block = {f.file_id: postings_block_of(f.hh, shards) for f in files}
-    max_id = max(file_block, default=0)
-    block_of = np.zeros(max_id + 1, np.int64)
-    for fid, block in file_block.items():
-        block_of[fid] = block
-    run_block = block_of[runs.file_id] if len(runs) else np.zeros(0, np.int64)
-    multi_block = run_block[runs.multi_first] if len(runs.multi_first) else np.zeros(0, np.int64)
-    blocks = []
-    by_block = np.argsort(run_block, kind="stable")  # keeps (domain, dataset, file) order
-    run_bounds = np.searchsorted(run_block[by_block], np.arange(shards + 1))
-    multi_by_block = np.argsort(multi_block, kind="stable")
-    multi_bounds = np.searchsorted(multi_block[multi_by_block], np.arange(shards + 1))
-    for b in range(shards):
-        sel = by_block[run_bounds[b] : run_bounds[b + 1]]
-        msel = multi_by_block[multi_bounds[b] : multi_bounds[b + 1]]
-        local_first = np.searchsorted(sel, runs.multi_first[msel])
-        blocks.append(encode_block(Runs(runs.domain_id[sel], runs.dataset_id[sel], runs.file_id[sel],
-                                        runs.rows[sel], local_first, runs.multi_count[msel]),
-                                   level=_POSTINGS_ZSTD_LEVEL))
-    return blocks
-
-
-def _url_count(runs: Runs, pair_first: np.ndarray) -> int:
-    """Exact URLs of the version: the rows of single-file pairs plus the fragmented pairs' counts."""
-    single = np.ones(len(pair_first), bool)
-    multi_pair = np.searchsorted(pair_first, runs.multi_first)
-    single[multi_pair] = False
-    pair_rows = np.add.reduceat(runs.rows, pair_first) if len(pair_first) else np.zeros(0, np.int64)
-    return int(pair_rows[single].sum()) + int(runs.multi_count.sum())
+# What one block in flight is assumed to take (ADR 031): the budget / this = blocks at once.
+_BLOCK_MB = 64
+_UPLOAD_WHOLE = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -325,31 +236,22 @@ class IndexBuilder:
                                int(prev.stats.get("pairs", 0)), 0, time.perf_counter() - started)
 
         phases = {"list": time.perf_counter() - started}
-        # 3. scan new files
-        files, parts, rows_scanned = self._scan_new(new, prev_files, dropped)
-        phases["scan"] = time.perf_counter() - started - sum(phases.values())
-
-        # 4. merge with the previous version
-        prev_multi: dict[tuple[str, int], int] = {}
-        touched_keys: set[tuple[str, int]] = set()
-        if prev is not None:
-            dropped_ids = {f.file_id for f in prev_files if f.path in dropped}
-            carried, prev_multi, touched_keys = self._carried_runs(prev, prev_files, dropped_ids)
-            parts.insert(0, carried)
-        domains, runs, pair_first, is_new = _merge_runs(_concat_runs(parts))
-        runs = self._count_fragmented(domains, runs, pair_first, is_new, files, prev_multi, touched_keys)
-        phases["merge"] = time.perf_counter() - started - sum(phases.values())
-        # 5. write the version
         version = self._next_version(manifest)
-        info = self._write_version(version, domains, runs, pair_first, files, retired, rows_scanned)
-        phases["write"] = time.perf_counter() - started - sum(phases.values())
+        with self._spilling(version) as spill:
+            # 3-4. scan the new files and merge with the previous version, block by block
+            files, results, rows_scanned = self._scan_new(prev, prev_files, new, dropped, spill)
+            phases["blocks"] = time.perf_counter() - started - sum(phases.values())
+            # 5. write the version
+            info = self._write_version(version, spill, results, files, retired, rows_scanned)
+            phases["write"] = time.perf_counter() - started - sum(phases.values())
         # 6. flip
         self._flip(manifest, tag, info)
         elapsed = time.perf_counter() - started
+        pairs = int(info.stats["pairs"])
         logger.info("index version %s flipped: %d new files, %d rows scanned, %d pairs in %.2fs",
-                    version, len(new), rows_scanned, len(pair_first), elapsed)
+                    version, len(new), rows_scanned, pairs, elapsed)
         return BuildResult(version, full, len(new), rows_scanned, len(dropped), int(info.stats["domains"]),
-                           len(pair_first), len(runs.multi_first), elapsed, compacted,
+                           pairs, int(info.stats["fragmented_pairs"]), elapsed, compacted,
                            {k: round(v, 3) for k, v in phases.items()})
 
     def _flip(self, manifest: Manifest | None, tag: str | None, info: VersionInfo) -> None:
@@ -388,72 +290,6 @@ class IndexBuilder:
         retired = sorted((prev_retired | replaced) & {lf.path for lf in listed})
         return new, dropped, retired
 
-    def _scan_new(
-        self, new: list[LakeFile], prev_files: list[FileEntry], dropped: set[str]
-    ) -> tuple[list[FileEntry], list[_RunTable], int]:
-        """Step 3: the version's files (the previous ones but ``dropped``, then ``new`` with fresh
-        ids), the new files' runs, and the rows scanned."""
-        next_id = max((f.file_id for f in prev_files), default=-1) + 1
-        files = [f for f in prev_files if f.path not in dropped]
-        jobs = [(next_id + i, lf) for i, lf in enumerate(new)]
-        parts: list[_RunTable] = []
-        with ThreadPoolExecutor(max_workers=self.scan_threads) as pool:  # Parquet reads drop the GIL
-            for entry, runs in pool.map(lambda j: self._scan_file(j[0], j[1].dataset_id, j[1].hh, j[1].path), jobs):
-                files.append(entry)
-                parts.append(runs)
-        rows_scanned = sum(f.num_rows for f in files[len(files) - len(jobs):])
-        return files, parts, rows_scanned
-
-    def _carried_runs(
-        self, prev: VersionInfo, prev_files: list[FileEntry], dropped_ids: set[int]
-    ) -> tuple[_RunTable, dict[tuple[str, int], int], set[tuple[str, int]]]:
-        """Step 4's input from the previous version: its runs but those of files a compaction
-        replaced, its fragmented pairs' counts, and the pairs that lost rows (to be recounted)."""
-        touched_keys: set[tuple[str, int]] = set()
-        carried, prev_multi = self._load_runs(prev, prev_files)
-        gone = np.isin(carried.file_id, np.fromiter(dropped_ids, np.int64, len(dropped_ids)))
-        if gone.any():  # pairs that lose rows to a compaction are recounted
-            gd = carried.domains.filter(pa.array(gone)).to_pylist()
-            touched_keys.update(zip(gd, carried.dataset_id[gone].tolist(), strict=True))
-            keep = pa.array(~gone)
-            carried = _RunTable(carried.domains.filter(keep), carried.dataset_id[~gone],
-                                carried.file_id[~gone], carried.rows[~gone], carried.is_new[~gone])
-        return carried, prev_multi, touched_keys
-
-    def _count_fragmented(
-        self,
-        domains: pa.Array,
-        runs: Runs,
-        pair_first: np.ndarray,
-        is_new: np.ndarray,
-        files: list[FileEntry],
-        prev_multi: dict[tuple[str, int], int],
-        touched_keys: set[tuple[str, int]],
-    ) -> Runs:
-        """``runs`` with the exact count of each fragmented pair (rows in more than one file):
-        carried forward from the previous version, or recounted from its URLs (cross-file
-        dedupe) when its runs changed."""
-        did, ds, fid, rows = runs.domain_id, runs.dataset_id, runs.file_id, runs.rows
-        pair_runs = np.diff(np.append(pair_first, len(did)))
-        multi = pair_first[pair_runs > 1]
-        multi_count = np.zeros(len(multi), np.int64)
-        if len(multi):
-            files_by_id = {f.file_id: f for f in files}
-            row_start = run_row_starts(did, fid, rows)
-            pair_new = np.maximum.reduceat(is_new, pair_first)[pair_runs > 1]
-            for k, (first, n_runs, fresh) in enumerate(zip(multi.tolist(), pair_runs[pair_runs > 1].tolist(),
-                                                           pair_new.tolist(), strict=True)):
-                key = (domains[int(did[first])].as_py(), int(ds[first]))
-                if not fresh and key not in touched_keys and key in prev_multi:
-                    multi_count[k] = prev_multi[key]
-                    continue
-                segs: list[Segment] = []
-                for r in range(first, first + n_runs):
-                    f = files_by_id[int(fid[r])]
-                    segs += inline_segments(f.file_id, int(row_start[r]), int(rows[r]), f.rg_starts())
-                multi_count[k] = self._distinct_urls(segs, files_by_id)
-        return Runs(did, ds, fid, rows, multi, multi_count)
-
     def _next_version(self, manifest: Manifest | None) -> str:
         seq = 1
         if manifest is not None:
@@ -463,7 +299,7 @@ class IndexBuilder:
             return f"{seq:06d}-{stamp}-{uuid.uuid4().hex[:8]}"
         return f"{seq:06d}-{stamp}"
 
-    def _scan_file(self, file_id: int, dataset_id: int, hh: str, rel: str) -> tuple[FileEntry, _RunTable]:
+    def _scan_file(self, file_id: int, dataset_id: int, hh: str, rel: str) -> tuple[FileEntry, RunTable]:
         """The file's registry entry and its runs, from the ``domain`` column's dictionary
         indices (one bincount per row group; a domain split by a row-group boundary gives two
         runs that the merge joins)."""
@@ -479,7 +315,7 @@ class IndexBuilder:
             counts.append(c[present])
         rows = np.concatenate(counts).astype(np.int64) if counts else np.zeros(0, np.int64)
         n = len(rows)
-        table = _RunTable(
+        table = RunTable(
             pa.concat_arrays(names) if names else pa.array([], pa.string()),
             np.full(n, dataset_id, np.int64), np.full(n, file_id, np.int64), rows, np.ones(n, bool),
         )
@@ -506,7 +342,7 @@ class IndexBuilder:
             return read()
         return self.lake_store.retry.run(f"scan {self.lake_store.uri(rel)}", read, lambda e: isinstance(e, OSError))
 
-    def _distinct_urls(self, segs: list[Segment], files: dict[int, FileEntry]) -> int:
+    def _distinct_urls(self, segs: list[Segment], files: Mapping[int, FileEntry]) -> int:
         """Distinct URLs of one (domain, dataset): the domain is fixed, so the other parts decide."""
         seen: set[tuple[str, str, int | None, str]] = set()
         for s in segs:
@@ -530,84 +366,166 @@ class IndexBuilder:
         data = self.index_store.read(info.files["files_tsv"])
         return decode_files(zstandard.ZstdDecompressor().decompress(data))
 
-    def _load_runs(
-        self, info: VersionInfo, files: list[FileEntry]
-    ) -> tuple[_RunTable, dict[tuple[str, int], int]]:
-        """Every run of a version keyed by domain string, and its fragmented pairs' exact counts."""
-        raw = zstandard.ZstdDecompressor().decompress(self.index_store.read(info.files["domains"]))
-        names = pa.array(raw.decode().split("\n") if raw else [], pa.string())
-        buf = self.index_store.read(info.files["postings"])
-        parts = [decode_block(postings_block(buf, b)) for b in range(info.shards)]
-        did = np.concatenate([r.domain_id for r in parts])
-        table = _RunTable(names.take(pa.array(did)), np.concatenate([r.dataset_id for r in parts]),
-                          np.concatenate([r.file_id for r in parts]), np.concatenate([r.rows for r in parts]),
-                          np.zeros(len(did), bool))
-        multi: dict[tuple[str, int], int] = {}
-        for r in parts:
-            for first, count in zip(r.multi_first.tolist(), r.multi_count.tolist(), strict=True):
-                multi[(names[int(r.domain_id[first])].as_py(), int(r.dataset_id[first]))] = count
-        return table, multi
+    # -- block by block (ADR 031) ------------------------------------------------------
+
+    @property
+    def _workers(self) -> int:
+        return self.index.build_workers or os.cpu_count() or 1
+
+    @property
+    def _blocks_at_once(self) -> int:
+        """Units scanned and merged, or blocks encoded, at once: the workers, as many as the memory
+        budget holds at ``_BLOCK_MB`` each (a unit holds 1/256 of the version's runs, a block 1/shards)."""
+        return max(1, min(self._workers, self.index.build_memory_mb // _BLOCK_MB))
+
+    @property
+    def _merge_chunk(self) -> int:
+        """Names per batch of a unit's spilled list: the merge holds about one batch of every unit."""
+        return int(min(1 << 16, max(16, (self.index.build_memory_mb << 20) // (64 * _UNITS * 100))))
+
+    @contextlib.contextmanager
+    def _spilling(self, version: str) -> Iterator[Path]:
+        """The build's scratch directory: ``index/.spill-<version>`` (``gc`` removes one a killed
+        build left), or a local temporary directory for an index on S3; removed at the end."""
+        if self._local:
+            spill = self.index_store.local_path("index") / f".spill-{version}"
+            shutil.rmtree(spill, ignore_errors=True)
+            spill.mkdir(parents=True)
+        else:
+            spill = Path(tempfile.mkdtemp(prefix=f"crawlstream-build-{version}-"))
+        try:
+            yield spill
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+
+    def _scan_new(
+        self, prev: VersionInfo | None, prev_files: list[FileEntry], new: list[LakeFile], dropped: set[str],
+        spill: Path,
+    ) -> tuple[list[FileEntry], list[BlockResult], int]:
+        """Steps 3-4, one lake prefix (unit) per task: (the version's files: the previous ones but
+        ``dropped``, then ``new`` with fresh ids; the spilled blocks; the rows scanned)."""
+        next_id = max((f.file_id for f in prev_files), default=-1) + 1
+        jobs: dict[int, list[tuple[int, LakeFile]]] = defaultdict(list)
+        for i, lf in enumerate(new):
+            jobs[int(lf.hh, 16)].append((next_id + i, lf))
+        dropped_ids = np.array([f.file_id for f in prev_files if f.path in dropped], np.int64)
+        prev_by_id = {f.file_id: f for f in prev_files}
+        old = self._prev_version(prev, prev_files, spill) if prev is not None else None
+        scanned: dict[int, FileEntry] = {}
+
+        def one(unit: int, scan_pool: ThreadPoolExecutor) -> BlockResult:
+            parts: list[RunTable] = []
+            multi: dict[tuple[str, int], int] = {}
+            touched: set[tuple[str, int]] = set()
+            if old is not None:
+                carried, multi, touched = old.carried(unit, dropped_ids)
+                parts.append(carried)
+            found = list(scan_pool.map(lambda j: self._scan_file(j[0], j[1].dataset_id, j[1].hh, j[1].path),
+                                       jobs.get(unit, [])))
+            mine = {e.file_id: e for e, _ in found}
+            scanned.update(mine)
+            parts += [t for _, t in found]
+            domains, runs, pair_first, is_new = merge_runs(concat_runs(parts))
+            files = ChainMap(mine, prev_by_id)
+            runs = count_fragmented(domains, runs, pair_first, is_new, files, multi, touched,
+                                    lambda segs: self._distinct_urls(segs, files))
+            result = spill_block(unit, spill / f"u{unit}", domains, runs, pair_first,
+                                 chunk=self._merge_chunk, full_dtdr=False)
+            del domains, runs, parts, found
+            pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages: the peak grew with units
+            return result
+
+        with ThreadPoolExecutor(self.scan_threads) as scan_pool, \
+                ThreadPoolExecutor(self._blocks_at_once) as pool:  # numpy, pyarrow, zstd drop the GIL
+            units = sorted(set(jobs) | {int(f.hh, 16) for f in prev_files})  # a small lake has few prefixes
+            results = list(pool.map(lambda u: one(u, scan_pool), units))
+        if any(r.max_dataset >= 1 << 16 or r.max_card > 4096 for r in results):
+            results = [respill_full(r, chunk=self._merge_chunk) for r in results]
+        files = [f for f in prev_files if f.path not in dropped] + [scanned[next_id + i] for i in range(len(new))]
+        return files, results, sum(scanned[next_id + i].num_rows for i in range(len(new)))
+
+    def _prev_version(self, prev: VersionInfo, prev_files: list[FileEntry], spill: Path) -> PrevVersion:
+        """The previous version, read one postings block at a time (its names spilled by block)."""
+        rel, names_rel = prev.files["postings"], prev.files["domains"]
+        chunk_bytes = max(1 << 12, (self.index.build_memory_mb << 20) // 256)
+        if self._local:
+            path = self.index_store.local_path(rel)
+
+            def read_range(offset: int, n: int) -> bytes:
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    return fh.read(n)
+
+            with open(self.index_store.local_path(names_rel), "rb") as fh:
+                return PrevVersion(read_range, stream_chunks(decompressing(fh)), prev.shards, prev_files, spill,
+                                   chunk_bytes=chunk_bytes)
+
+        def read_s3(offset: int, n: int) -> bytes:
+            with self.index_store.open_input(rel) as fh:
+                return self.index_store.read_range(fh, rel, offset, n)
+
+        with self.index_store.open_input(names_rel) as fh:
+            return PrevVersion(read_s3, stream_chunks(decompressing(fh)), prev.shards, prev_files, spill,
+                               chunk_bytes=chunk_bytes)
 
     def _write_version(
-        self,
-        version: str,
-        domains: pa.Array,
-        runs: Runs,
-        pair_first: np.ndarray,
-        files: list[FileEntry],
-        retired: list[str],
+        self, version: str, spill: Path, results: list[BlockResult], files: list[FileEntry], retired: list[str],
         rows_scanned: int,
     ) -> VersionInfo:
-        cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+        """Step 5: every file of the version written to disk from the spilled blocks, then published."""
+        out = self.index_store.local_path("index") / f".tmp-{version}" if self._local else spill / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        try:
+            merge_domains(results, out, spill, level=_ZSTD_LEVEL, chunk=self._merge_chunk)
+            write_postings(results, out / "postings.bin", shards=self.shards, level=_POSTINGS_ZSTD_LEVEL,
+                           workers=self._blocks_at_once)
+            cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+            (out / "files.tsv.zst").write_bytes(cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))))
+            (out / PIN_NAME).write_bytes(b"")
+            order = ["domains.zst", "domain_to_datasets.roar", "postings.bin", "files.tsv.zst", PIN_NAME]
+            sums = file_checksums_of({n: out / n for n in order}, blocks=self.shards)
+            self._publish_version(version, out, order)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
         rel = f"index/{version}"
-        names: dict[str, Any] = {
-            "domains": f"{rel}/domains.zst",
-            "d2d_roar": f"{rel}/domain_to_datasets.roar",
-            "files_tsv": f"{rel}/files.tsv.zst",
-            "postings": f"{rel}/postings.bin",
-            "pin": f"{rel}/{PIN_NAME}",
-        }
-        out: dict[str, bytes] = {
-            "domains.zst": cctx.compress("\n".join(domains.to_pylist()).encode()),
-            "domain_to_datasets.roar": _domain_to_datasets(runs, pair_first, len(domains)),
-            "postings.bin": encode_postings(_postings_blocks(runs, files, self.shards)),
-            "files.tsv.zst": cctx.compress(encode_files(sorted(files, key=lambda f: f.file_id))),
-            PIN_NAME: b"",
-        }
-        self._publish_version(version, out)
+        names: dict[str, Any] = {"domains": f"{rel}/domains.zst", "d2d_roar": f"{rel}/domain_to_datasets.roar",
+                                 "files_tsv": f"{rel}/files.tsv.zst", "postings": f"{rel}/postings.bin",
+                                 "pin": f"{rel}/{PIN_NAME}"}
         stats = {
-            "domains": len(domains),
-            "pairs": len(pair_first),
-            "urls": _url_count(runs, pair_first),
+            "domains": sum(r.domains for r in results),
+            "pairs": sum(r.pairs for r in results),
+            "urls": sum(r.urls for r in results),
             "files": len(files),
             "datasets": sorted({f.dataset_id for f in files}),
             "rows_scanned": rows_scanned,
-            "fragmented_pairs": len(runs.multi_first),
-            "index_bytes": sum(len(b) for b in out.values()),
-            "index_bytes_by_file": {k: len(v) for k, v in out.items() if v},
+            "fragmented_pairs": sum(r.fragmented for r in results),
+            "index_bytes": sum(s["size"] for s in sums.values()),
+            "index_bytes_by_file": {k: s["size"] for k, s in sums.items() if s["size"]},
             "retired": retired,
             "built_by": builder_id(),
         }
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        return VersionInfo(version, created, self.shards, names, stats, file_checksums(out, blocks=self.shards))
+        return VersionInfo(version, created, self.shards, names, stats, sums)
 
-    def _publish_version(self, version: str, out: dict[str, bytes]) -> None:
-        """Every file of ``out`` under ``index/<version>/``: locally a temp directory renamed
-        whole; on S3 each object uploaded whole (in parallel), unreferenced until the flip."""
+    def _upload(self, rel: str, path: Path) -> None:
+        """One file of a version to S3: a small one as one PUT from memory, a big one streamed
+        from disk (never more than ``_UPLOAD_WHOLE`` bytes read in)."""
+        if path.stat().st_size <= _UPLOAD_WHOLE:
+            self.index_store.write(rel, path.read_bytes())
+        else:
+            self.index_store.upload(rel, path)
+
+    def _publish_version(self, version: str, out: Path, order: list[str]) -> None:
+        """The files in ``out`` under ``index/<version>/``: locally ``out`` (``index/.tmp-<version>``)
+        fsynced and renamed whole; on S3 each file uploaded (in parallel), unreferenced until the flip."""
         if not self._local:
-            with ThreadPoolExecutor(max_workers=max(1, min(8, len(out)))) as pool:
-                list(pool.map(lambda item: self.index_store.write(f"index/{version}/{item[0]}", item[1]),
-                              out.items()))
+            with ThreadPoolExecutor(max_workers=max(1, min(8, len(order)))) as pool:
+                list(pool.map(lambda n: self._upload(f"index/{version}/{n}", out / n), order))
             return
-        idir = self.index_store.local_path("index")
-        tmp = idir / f".tmp-{version}"
-        final = idir / version
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        with replacing(final, tmp=tmp) as version_dir:  # fsyncs each file and the directory, renames it
-            for name, data in out.items():
-                (version_dir / name).write_bytes(data)
+        with replacing(self.index_store.local_path("index") / version, tmp=out):
+            pass  # fsyncs each file and the directory, renames it
 
     # -- compaction --------------------------------------------------------------------
 
@@ -645,7 +563,7 @@ class IndexBuilder:
         result = GcResult()
         with self._lock():
             idir = self.index_store.local_path("index")
-            for tmp in idir.glob(".tmp-*"):
+            for tmp in [*idir.glob(".tmp-*"), *idir.glob(".spill-*")]:
                 shutil.rmtree(tmp, ignore_errors=True)
                 result.removed_tmp_dirs.append(tmp.name)
             manifest = read_manifest(idir.parent)

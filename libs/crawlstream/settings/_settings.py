@@ -434,6 +434,18 @@ class IndexSettings:
         "blocks to decode on a version's first request, ADR 008); fixed per version",
         check=positive,
     )
+    build_memory_mb: int = setting(
+        512,
+        "memory budget (MiB) of an index build: the lake prefixes (and postings blocks) built at once and the "
+        "batches of the merge of their domain lists derive from it; peak memory does not grow with the URLs (ADR 031)",
+        check=positive,
+    )
+    build_workers: int = setting(
+        0,
+        "lake prefixes an index build scans and merges, and postings blocks it encodes, in parallel (threads); "
+        "0 = one per core",
+        check=lambda v: None if v >= 0 else "an integer >= 0",
+    )
     row_groups_cached: int = setting(
         4096, "most decoded Parquet row groups a reader keeps in its LRU cache", check=positive
     )
