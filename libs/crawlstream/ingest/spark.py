@@ -61,10 +61,12 @@ _ROWS_SCHEMA = pa.schema([("file", pa.int32()), ("url", pa.string()), ("domain",
 
 @dataclass(frozen=True, slots=True)
 class InputFile:
-    """One input as the driver checked it; ``rejects_name`` is its rejects file's name."""
+    """One input as the driver checked it: ``path`` as given (the summary's), ``resolved`` the
+    absolute one tasks open; ``rejects_name`` is its rejects file's name."""
 
     index: int
     path: str
+    resolved: str
     format: str
     size_bytes: int
     mtime_ns: int
@@ -113,9 +115,9 @@ def plan_job(
         st = path.stat()
         # Two inputs of the same name would write one rejects key from two tasks: number them.
         rejects_name = f"{path.name}.jsonl" if names[path.name] == 1 else f"{path.name}.{i}.jsonl"
-        inputs.append(InputFile(i, str(path.resolve()), path_fmt, st.st_size, st.st_mtime_ns, rejects_name))
+        inputs.append(InputFile(i, str(path), str(path.resolve()), path_fmt, st.st_size, st.st_mtime_ns, rejects_name))
     identity = json.dumps([dataset_id, url_field, ts_field, keep_extras,
-                           [(f.path, f.format, f.size_bytes, f.mtime_ns) for f in inputs]])
+                           [(f.resolved, f.format, f.size_bytes, f.mtime_ns) for f in inputs]])
     job_id = hashlib.sha256(identity.encode()).hexdigest()[:16]
     return SparkIngestJob(dataset_id, job_id, tuple(inputs), lake, s3, config, url_field, ts_field,
                           keep_extras, rejects)
@@ -228,7 +230,7 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
         rejects = _FileRejects(job, file, store)
         tables, rows, bad_ts = [], 0, 0
         try:
-            for batch in iter_batches(Path(file.path), fmt=file.format, url_field=job.url_field,
+            for batch in iter_batches(Path(file.resolved), fmt=file.format, url_field=job.url_field,
                                       ts_field=job.ts_field, keep_extras=job.keep_extras):
                 rows += len(batch)
                 bad_ts += batch.bad_ts
