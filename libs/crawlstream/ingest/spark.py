@@ -34,7 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -50,7 +50,7 @@ from crawlstream.settings import LakeSettings, S3Settings
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-__all__ = ["InputFile", "SparkIngestJob", "plan_job", "read_input", "run_job", "write_partitions"]
+__all__ = ["InputFile", "SparkIngestJob", "SparkIngestStats", "plan_job", "read_input", "run_job", "write_partitions"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +121,18 @@ def plan_job(
     job_id = hashlib.sha256(identity.encode()).hexdigest()[:16]
     return SparkIngestJob(dataset_id, job_id, tuple(inputs), lake, s3, config, url_field, ts_field,
                           keep_extras, rejects)
+
+
+@dataclass
+class SparkIngestStats(IngestStats):
+    """``IngestStats`` plus where the tasks spent their time (summed over all tasks, seconds)."""
+
+    task_seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["task_seconds"] = {k: round(v, 2) for k, v in self.task_seconds.items()}
+        return out
 
 
 # -- stage 1: read, canonicalize, reject (executors) ---------------------------------------------
@@ -228,13 +240,16 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
     for index in indexes:
         file = job.inputs[index]
         rejects = _FileRejects(job, file, store)
-        tables, rows, bad_ts = [], 0, 0
+        tables, rows, bad_ts, judge_s = [], 0, 0, 0.0
+        started = time.perf_counter()
         try:
             for batch in iter_batches(Path(file.resolved), fmt=file.format, url_field=job.url_field,
                                       ts_field=job.ts_field, keep_extras=job.keep_extras):
                 rows += len(batch)
                 bad_ts += batch.bad_ts
+                judged = time.perf_counter()
                 tables.append(_judge_batch(batch, file, job.url_field, rejects))
+                judge_s += time.perf_counter() - judged
         except BaseException:
             rejects.discard()
             raise
@@ -251,7 +266,8 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
                 yield entry["values"], (index, _ipc(part))
         yield _STATS_KEY, {"index": index, "rows": rows, "valid": valid.num_rows, "bad_ts": bad_ts,
                            "invalid": dict(rejects.invalid), "examples": rejects.examples,
-                           "damage": rejects.damage, "rejects_file": rejects_uri}
+                           "damage": rejects.damage, "rejects_file": rejects_uri,
+                           "task_s": {"read": time.perf_counter() - started - judge_s, "canonicalize": judge_s}}
 
 
 # -- stage 2: sort, dedupe, publish (executors) ---------------------------------------------------
@@ -273,14 +289,17 @@ def _write_hh(job: SparkIngestJob, store: ObjectStore, hh: str, table: pa.Table)
     max_rows = job.config.file_max_rows
     for chunk, start in enumerate(range(0, table.num_rows, max_rows)):
         part = table.slice(start, max_rows)
+        started = time.perf_counter()
         lake_table, dropped = build_table(part.column("url").to_pylist(), part.column("domain").to_pylist(),
                                           part.column("ts").to_pylist(), part.column("extras").to_pylist())
         name = lake_file_name(job.job_id, chunk)
+        built = time.perf_counter()
         rel, size = write_lake_file(lake_table, store, directory, row_group_rows=job.config.row_group_rows,
                                     zstd_level=job.config.zstd_level, name=name)
         names.add(name)
         yield {"hh": hh, "rel": rel, "rows": lake_table.num_rows, "duplicates_dropped": dropped,
-               "size_bytes": size}
+               "size_bytes": size, "task_s": {"build_table": built - started,
+                                              "write": time.perf_counter() - built}}
     mine = f"part-s-{job.job_id}-"
     for obj in store.list(directory):
         name = obj.rel.rsplit("/", 1)[-1]
@@ -313,10 +332,10 @@ def _partition_of(key: str, partitions: int) -> int:
 # -- the driver -----------------------------------------------------------------------------------
 
 
-def run_job(sc: SparkContext, job: SparkIngestJob, *, partitions: int = 0) -> IngestStats:
+def run_job(sc: SparkContext, job: SparkIngestJob, *, partitions: int = 0) -> SparkIngestStats:
     """Run ``job`` on ``sc``; the same summary ``ingest_files`` returns. ``partitions``: stage 2's
     tasks (each writes whole domain prefixes; 0: 4 per core, at most the 256 prefixes)."""
-    stats = IngestStats(job.dataset_id)
+    stats = SparkIngestStats(job.dataset_id)
     shuffle = partitions or min(256, max(1, 4 * sc.defaultParallelism))
     indexes = sc.parallelize(range(len(job.inputs)), len(job.inputs))
     results = (
@@ -341,10 +360,16 @@ def run_job(sc: SparkContext, job: SparkIngestJob, *, partitions: int = 0) -> In
         if counts["rejects_file"]:
             stats.rejects_files.append(counts["rejects_file"])
     written = sorted((value for kind, value in results if kind == "file"), key=lambda w: w["rel"])
+    task_s: Counter[str] = Counter()
+    for item in [*per_file, *written]:
+        task_s.update(item["task_s"])
     stats.files_written = len(written)
     stats.bytes_written = sum(w["size_bytes"] for w in written)
     stats.duplicates_dropped = sum(w["duplicates_dropped"] for w in written)
     stats.seconds = time.perf_counter() - stats.started
+    logger.info("dataset %d: %d rows in %.1f s; task seconds (all tasks) %s", job.dataset_id, stats.rows,
+                stats.seconds, {k: round(v, 1) for k, v in task_s.items()})
+    stats.task_seconds = dict(task_s)
     if stats.invalid:
         logger.warning("dataset %d: %d invalid rows by reason %s", job.dataset_id, sum(stats.invalid.values()),
                        dict(stats.invalid))
