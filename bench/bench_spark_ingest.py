@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,9 +23,13 @@ SPARK_CORES = 2
 def _command(args: list[str], data_dir: Path) -> dict[str, Any]:
     env = {**os.environ, "CRAWLSTREAM_DATA_DIR": str(data_dir)}
     started = time.perf_counter()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "crawlstream", *args], env=env, capture_output=True, check=True)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     summary = json.loads(done.stdout)
     summary["wall_s"] = round(time.perf_counter() - started, 1)
+    # CPU of the command and every descendant it waited for (Spark: the JVM and its Python workers)
+    summary["cpu_s"] = round(cpu_after.ru_utime + cpu_after.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime, 1)
     return summary
 
 
@@ -49,6 +54,9 @@ def run(quick: bool) -> dict[str, Any]:
         "spark_session_s": spark["spark_session_seconds"],
         "spark_wall_s": spark["wall_s"],
         "spark_vs_ingest": round(spark_job_rows_per_s / ingest["rows_per_s"], 2),
+        "ingest_cpu_s": ingest["cpu_s"],
+        "spark_cpu_s": spark["cpu_s"],  # session start included
+        "spark_task_s": spark["task_seconds"],
         "load_average": os.getloadavg(),
     }
 

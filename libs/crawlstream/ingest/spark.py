@@ -34,6 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -278,14 +279,30 @@ def lake_file_name(job_id: str, chunk: int) -> str:
     return f"part-s-{job_id}-{chunk:05d}.parquet"
 
 
-def _write_hh(job: SparkIngestJob, store: ObjectStore, hh: str, table: pa.Table) -> Iterator[dict[str, Any]]:
-    """One partition's rows (input order) as files of at most ``file_max_rows`` input rows each,
-    like ``LakeWriter``; then files of this job left by a run with a bigger ``file_max_rows`` go."""
-    from crawlstream.lake._files import partition_dir
-    from crawlstream.lake._writer import build_table, write_lake_file
+_WRITE_THREADS = 4  # as LakeWriter.flush: zstd in write_table releases the GIL, so writes overlap sorting
 
-    directory = partition_dir(job.dataset_id, hh)
-    names = set()
+
+def _publish(job: SparkIngestJob, store: ObjectStore, hh: str, name: str, lake_table: pa.Table, dropped: int,
+             build_s: float) -> dict[str, Any]:
+    from crawlstream.lake._files import partition_dir
+    from crawlstream.lake._writer import write_lake_file
+
+    started = time.perf_counter()
+    rel, size = write_lake_file(lake_table, store, partition_dir(job.dataset_id, hh),
+                                row_group_rows=job.config.row_group_rows, zstd_level=job.config.zstd_level,
+                                name=name)
+    return {"hh": hh, "rel": rel, "rows": lake_table.num_rows, "duplicates_dropped": dropped, "size_bytes": size,
+            "task_s": {"build_table": build_s, "write": time.perf_counter() - started}}
+
+
+def _write_hh(job: SparkIngestJob, store: ObjectStore, hh: str, table: pa.Table,
+              pool: ThreadPoolExecutor) -> tuple[set[str], list[Future[dict[str, Any]]]]:
+    """One partition's rows (input order) as files of at most ``file_max_rows`` input rows each,
+    like ``LakeWriter``: each chunk sorted and deduplicated here, written by ``pool``. Returns
+    the names and the pending writes."""
+    from crawlstream.lake._writer import build_table
+
+    names, pending = set(), []
     max_rows = job.config.file_max_rows
     for chunk, start in enumerate(range(0, table.num_rows, max_rows)):
         part = table.slice(start, max_rows)
@@ -293,15 +310,19 @@ def _write_hh(job: SparkIngestJob, store: ObjectStore, hh: str, table: pa.Table)
         lake_table, dropped = build_table(part.column("url").to_pylist(), part.column("domain").to_pylist(),
                                           part.column("ts").to_pylist(), part.column("extras").to_pylist())
         name = lake_file_name(job.job_id, chunk)
-        built = time.perf_counter()
-        rel, size = write_lake_file(lake_table, store, directory, row_group_rows=job.config.row_group_rows,
-                                    zstd_level=job.config.zstd_level, name=name)
         names.add(name)
-        yield {"hh": hh, "rel": rel, "rows": lake_table.num_rows, "duplicates_dropped": dropped,
-               "size_bytes": size, "task_s": {"build_table": built - started,
-                                              "write": time.perf_counter() - built}}
+        pending.append(pool.submit(_publish, job, store, hh, name, lake_table, dropped,
+                                   time.perf_counter() - started))
+    return names, pending
+
+
+def _drop_stale(job: SparkIngestJob, store: ObjectStore, hh: str, names: set[str]) -> None:
+    """Delete this job's files of the partition not written this time (a rerun with a smaller
+    ``file_max_rows`` makes fewer chunks); only after the new ones are published."""
+    from crawlstream.lake._files import partition_dir
+
     mine = f"part-s-{job.job_id}-"
-    for obj in store.list(directory):
+    for obj in store.list(partition_dir(job.dataset_id, hh)):
         name = obj.rel.rsplit("/", 1)[-1]
         if name.startswith(mine) and name not in names:
             store.delete(obj.rel)
@@ -318,11 +339,18 @@ def write_partitions(job: SparkIngestJob, items: Iterable[tuple[str, Any]]) -> I
     if not by_hh:
         return
     store = open_objects(job.lake, job.s3)
-    for hh in sorted(by_hh):
-        parts = sorted(by_hh.pop(hh), key=lambda p: p[0])  # input order: file by file
-        table = pa.concat_tables([pa.ipc.open_stream(blob).read_all() for _, blob in parts])
-        for written in _write_hh(job, store, hh, table):
-            yield "file", written
+    written: dict[str, set[str]] = {}
+    with ThreadPoolExecutor(max_workers=_WRITE_THREADS) as pool:
+        pending: list[Future[dict[str, Any]]] = []
+        for hh in sorted(by_hh):
+            parts = sorted(by_hh.pop(hh), key=lambda p: p[0])  # input order: file by file
+            table = pa.concat_tables([pa.ipc.open_stream(blob).read_all() for _, blob in parts])
+            written[hh], futures = _write_hh(job, store, hh, table, pool)
+            pending += futures
+        for future in pending:  # a failed write raises here: the task fails, Spark retries it
+            yield "file", future.result()
+    for hh, names in written.items():
+        _drop_stale(job, store, hh, names)
 
 
 def _partition_of(key: str, partitions: int) -> int:
