@@ -242,7 +242,7 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
         file = job.inputs[index]
         rejects = _FileRejects(job, file, store)
         tables, rows, bad_ts, judge_s = [], 0, 0, 0.0
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
             for batch in iter_batches(Path(file.resolved), fmt=file.format, url_field=job.url_field,
                                       ts_field=job.ts_field, keep_extras=job.keep_extras):
@@ -268,7 +268,8 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
         yield _STATS_KEY, {"index": index, "rows": rows, "valid": valid.num_rows, "bad_ts": bad_ts,
                            "invalid": dict(rejects.invalid), "examples": rejects.examples,
                            "damage": rejects.damage, "rejects_file": rejects_uri,
-                           "task_s": {"read": time.perf_counter() - started - judge_s, "canonicalize": judge_s}}
+                           "task_s": {"read": time.perf_counter() - started - judge_s, "canonicalize": judge_s,
+                                      "stage1_cpu": time.process_time() - cpu_started}}
 
 
 # -- stage 2: sort, dedupe, publish (executors) ---------------------------------------------------
@@ -339,6 +340,7 @@ def write_partitions(job: SparkIngestJob, items: Iterable[tuple[str, Any]]) -> I
     if not by_hh:
         return
     store = open_objects(job.lake, job.s3)
+    cpu_started = time.process_time()  # this worker process's CPU, its write threads' included
     written: dict[str, set[str]] = {}
     with ThreadPoolExecutor(max_workers=_WRITE_THREADS) as pool:
         pending: list[Future[dict[str, Any]]] = []
@@ -351,6 +353,7 @@ def write_partitions(job: SparkIngestJob, items: Iterable[tuple[str, Any]]) -> I
             yield "file", future.result()
     for hh, names in written.items():
         _drop_stale(job, store, hh, names)
+    yield "cpu", {"task_s": {"stage2_cpu": time.process_time() - cpu_started}}
 
 
 def _partition_of(key: str, partitions: int) -> int:
@@ -389,7 +392,7 @@ def run_job(sc: SparkContext, job: SparkIngestJob, *, partitions: int = 0) -> Sp
             stats.rejects_files.append(counts["rejects_file"])
     written = sorted((value for kind, value in results if kind == "file"), key=lambda w: w["rel"])
     task_s: Counter[str] = Counter()
-    for item in [*per_file, *written]:
+    for item in [*per_file, *written, *(value for kind, value in results if kind == "cpu")]:
         task_s.update(item["task_s"])
     stats.files_written = len(written)
     stats.bytes_written = sum(w["size_bytes"] for w in written)
