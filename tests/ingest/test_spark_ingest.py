@@ -111,16 +111,28 @@ def _assert_same_lakes(a: Path, b: Path, paged_every: int = 1) -> None:
     assert _index_answers(a, domains, paged_every) == _index_answers(b, domains, paged_every)
 
 
-def _generated(tmp_path: Path, n_urls: int) -> list[Path]:
+def _generated(tmp_path: Path, n_urls: int, files: int = 0) -> list[Path]:
+    """bench_index's 30 zstd files of URLs; ``files``: joined into that many (zstd frames
+    concatenate), fewer Spark tasks for a small test."""
     from bench.bench_index import generate
 
     work = tmp_path / "generated"
     work.mkdir()
-    return generate(work, n_urls, big_rows=n_urls // 50)[0]
+    paths = generate(work, n_urls, big_rows=n_urls // 50)[0]
+    if not files:
+        return paths
+    joined = []
+    for i in range(files):
+        path = work / f"joined-{i}.txt.zst"
+        path.write_bytes(b"".join(p.read_bytes() for p in paths[i::files]))
+        joined.append(path)
+    return joined
 
 
-def _check_same_as_ingest(sc: Any, tmp_path: Path, generated_urls: int, reddit: list[Path], paged_every: int) -> None:
-    generated = _generated(tmp_path, generated_urls)
+def _check_same_as_ingest(
+    sc: Any, tmp_path: Path, generated_urls: int, reddit: list[Path], paged_every: int, files: int = 0
+) -> None:
+    generated = _generated(tmp_path, generated_urls, files)
     cases: list[tuple[int, list[Path], dict[str, Any]]] = [
         (1, reddit, {"url_field": "u"}),  # JSONL with its other fields kept as extras
         (2, [ADA, PROTEGO], {}),
@@ -139,7 +151,7 @@ def _check_same_as_ingest(sc: Any, tmp_path: Path, generated_urls: int, reddit: 
 def test_spark_ingest_writes_the_lake_ingest_writes(spark: Any, tmp_path: Path) -> None:
     """Real URL lists and a generated one: same rows, counts, rejects and index answers (every
     domain's datasets and counts; every 20th domain's URL pages: the slow test walks them all)."""
-    _check_same_as_ingest(spark, tmp_path, 100_000, REDDIT[:1], paged_every=20)
+    _check_same_as_ingest(spark, tmp_path, 100_000, REDDIT[:1], paged_every=20, files=4)
 
 
 @pytest.mark.slow
@@ -238,3 +250,19 @@ def test_a_killed_run_rerun_leaves_every_row_exactly_once(tmp_path: Path) -> Non
     got = _lake_url_rows(lake)
     assert len(got) == len(set(got)) == len(expected)
     assert got == expected
+
+
+def test_a_file_damaged_part_way_is_counted_as_ingest_counts_it(spark: Any, tmp_path: Path) -> None:
+    """A gzip stream cut short: its readable rows are in, the rest is one `truncated` row."""
+    import gzip
+
+    text = "".join(f"https://www.example{i % 13}.org/page/{i}\n" for i in range(20_000)).encode()
+    whole = gzip.compress(text)
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    ingested, sparked = tmp_path / "ingest", tmp_path / "spark"
+    expected = _ingest(ingested, 11, [cut])
+    got = _spark(spark, sparked, 11, [cut])
+    assert _summary(got) == _summary(expected)
+    assert [f.path for f in got.damaged] == [str(cut)] and got.invalid["truncated"] == 1
+    _assert_same_lakes(ingested, sparked)
