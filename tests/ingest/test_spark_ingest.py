@@ -155,6 +155,7 @@ def test_spark_ingest_writes_the_lake_ingest_writes(spark: Any, tmp_path: Path) 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_spark_ingest_writes_the_lake_ingest_writes_at_a_million_urls(spark: Any, tmp_path: Path) -> None:
     _check_same_as_ingest(spark, tmp_path, 1_000_000, REDDIT, paged_every=1)
 
@@ -224,6 +225,7 @@ def _lake_url_rows(root: Path) -> list[tuple[int, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_killed_run_rerun_leaves_every_row_exactly_once(tmp_path: Path) -> None:
     """SIGKILL once lake files exist, run the same command again: no row lost, none twice."""
     paths = _generated(tmp_path, 300_000)
