@@ -36,6 +36,7 @@ _COMMANDS = (
     "_domain",
     "_service",
     "_ingest",
+    "_spark_ingest",
     "_index",
     "_serve",
     "_tokens",

@@ -100,17 +100,22 @@ def write_lake_file(
     zstd_level: int,
     replaces: Sequence[str] = (),
     tag: str = "",
+    name: str = "",
 ) -> tuple[str, int]:
     """Publish ``table`` (already in lake order and schema) whole under ``directory`` (relative
     to the store); return (its relative path, size). ``tag`` names the writer in the file name
     (``part-<ms>-<tag>-<random>``: which sink member wrote it); the random part alone keeps two
-    writers' names apart."""
+    writers' names apart. ``name`` replaces that generated name: a job that names its files
+    deterministically (``crawlstream spark-ingest``) overwrites them when it runs again."""
     import json
 
     store = as_store(store)
     kind = "part-c-" if replaces else "part-"  # compaction output is recognisable by name
+    if name and not (name.startswith("part-") and name.endswith(".parquet") and "/" not in name
+                     and name.startswith("part-c-") == bool(replaces)):
+        raise ValueError(f"lake file name {name!r}: expected part-*.parquet (part-c-* only for compaction)")
     middle = f"{_TAG_UNSAFE.sub('_', tag)[:40]}-" if tag else ""
-    name = f"{kind}{int(time.time() * 1000):013d}-{middle}{uuid.uuid4().hex[:12]}.parquet"
+    name = name or f"{kind}{int(time.time() * 1000):013d}-{middle}{uuid.uuid4().hex[:12]}.parquet"
     rel = f"{directory}/{name}"
     if replaces:
         table = table.replace_schema_metadata({REPLACES_KEY: json.dumps(list(replaces)).encode()})
