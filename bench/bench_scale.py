@@ -35,7 +35,7 @@ from typing import Any
 
 from bench._harness import REPO, latency_ms, main
 from bench.bench_index import _dir_bytes, _sorted_text_zstd19
-from bench.bench_s3 import _cold
+from bench.bench_s3 import _cold, _queries, _settings
 from bench.scale_data import generate
 
 N_QUERIES_WARM = 2000
@@ -88,22 +88,6 @@ def _ingest(files: dict[int, list[Path]], data_dir: Path, rows: int, spark: bool
 def _spark_available() -> bool:
     proc = subprocess.run([*CLI, "spark-ingest", "--help"], capture_output=True, env=_env(Path(tempfile.gettempdir())))
     return proc.returncode == 0
-
-
-def _queries(data_dir: Path, n: int) -> list[tuple[str, int]]:
-    from crawlstream.index import IndexReader
-
-    rnd = random.Random(7)
-    reader = IndexReader(data_dir)
-    out: list[tuple[str, int]] = []
-    with reader.pin() as idx:
-        for i in rnd.sample(range(idx.domain_count()), min(n, idx.domain_count())):
-            d = idx.domain_at(i)
-            found = idx.datasets_for_domain(d)
-            if found:
-                out.append((d, found[0].dataset_id))
-    reader.close()
-    return out
 
 
 def _warm(data_dir: Path, queries: list[tuple[str, int]]) -> dict[str, Any]:
@@ -177,7 +161,7 @@ def _one_size(n: int, inputs: Path, work: Path, spark: bool) -> dict[str, Any]:
                     "sorted_zstd19_per_url": round(text_b / rows, 2),
                     "ratio_to_sorted_zstd19": round((lake_b + index_b) / text_b, 3)}
     sys.stderr.write(f"bench scale {n:,}: latency\n")
-    queries = _queries(lake, N_QUERIES_WARM)
+    queries = _queries(_settings({"CRAWLSTREAM_DATA_DIR": str(lake)}), random.Random(7), N_QUERIES_WARM)
     out["warm"] = _warm(lake, queries)
     out["cold"] = _cold({"CRAWLSTREAM_DATA_DIR": str(lake)}, queries[:N_QUERIES_COLD], None)
     if os.environ.get("CRAWLSTREAM_BENCH_SCALE_KEEP") != "1":

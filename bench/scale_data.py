@@ -215,8 +215,8 @@ if __name__ == "__main__" and "--shape" in sys.argv:
 
     real: list[str] = []
     for p in sorted((shared_data() / "urls" / "reddit-webtext").glob("*.gz")):
-        with gzip.open(p, "rt") as fh:
-            real += [json.loads(line)["u"] for line in fh]
+        with gzip.open(p, "rt") as text:
+            real += [json.loads(line)["u"] for line in text]
     with tempfile.TemporaryDirectory() as tmp:
         gen = generate(Path(tmp), len(real), datasets=1)
         made: list[str] = []

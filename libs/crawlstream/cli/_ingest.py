@@ -34,6 +34,17 @@ EXIT_DAMAGED = 3  # imported, but an input was damaged part-way (its readable ro
 SETTINGS_SECTIONS: tuple[str, ...] | None = ("lake", "bus", "metrics")
 
 
+def add_input_arguments(p: argparse.ArgumentParser, *, metavar: str) -> None:
+    """The inputs and read options `ingest` and `spark-ingest` share (one reader, one meaning)."""
+    p.add_argument("files", nargs="+", type=Path, metavar=metavar)
+    p.add_argument("--dataset-id", type=int, required=True, help="dataset id the rows are recorded under")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (auto: by name, then content)")
+    p.add_argument("--url-field", default="url", help="CSV column / JSON field / Parquet column of the URL")
+    p.add_argument("--ts-field", default=None, help="optional timestamp field (epoch ms or ISO-8601)")
+    p.add_argument("--no-extras", action="store_true", help="do not keep the other fields as JSON extras")
+    p.add_argument("--no-rejects", action="store_true", help="do not write rejects/dataset_id=N/<file>.jsonl")
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "ingest",
@@ -46,13 +57,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             "read at all (nothing imported); 3 imported, but a file was damaged part-way (see damaged_files)."
         ),
     )
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    p.add_argument("--dataset-id", type=int, required=True, help="dataset id the rows are recorded under")
-    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (auto: by name, then content)")
-    p.add_argument("--url-field", default="url", help="CSV column / JSON field / Parquet column of the URL")
-    p.add_argument("--ts-field", default=None, help="optional timestamp field (epoch ms or ISO-8601)")
-    p.add_argument("--no-extras", action="store_true", help="do not keep the other fields as JSON extras")
-    p.add_argument("--no-rejects", action="store_true", help="do not write rejects/dataset_id=N/<file>.jsonl")
+    add_input_arguments(p, metavar="FILE")
     p.add_argument(
         "--no-publish",
         action="store_true",

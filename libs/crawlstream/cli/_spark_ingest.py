@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from crawlstream.cli._ingest import add_input_arguments
 from crawlstream.errors import ConfigError
-from crawlstream.ingest import FORMATS
 from crawlstream.objectstore import lake_location, parse_location
 from crawlstream.settings import Settings
 
@@ -48,18 +48,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
             "spark-submit libs/crawlstream/ingest/spark.py INPUT... --dataset-id N."
         ),
     )
-    p.add_argument("files", nargs="+", type=Path, metavar="INPUT")
-    p.add_argument("--dataset-id", type=int, required=True, help="dataset id the rows are recorded under")
+    add_input_arguments(p, metavar="INPUT")
     p.add_argument("--lake", default=None, metavar="URI",
                    help="the lake: a directory every executor sees, or s3://bucket/prefix (default: lake.uri, "
                         "else the data dir)")
     p.add_argument("--master", default=None,
                    help="Spark master: local[*] (the default outside spark-submit), spark://HOST:PORT, k8s://...")
-    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (auto: by name, then content)")
-    p.add_argument("--url-field", default="url", help="CSV column / JSON field / Parquet column of the URL")
-    p.add_argument("--ts-field", default=None, help="optional timestamp field (epoch ms or ISO-8601)")
-    p.add_argument("--no-extras", action="store_true", help="do not keep the other fields as JSON extras")
-    p.add_argument("--no-rejects", action="store_true", help="do not write rejects/dataset_id=N/<file>.jsonl")
     p.add_argument("--partitions", type=int, default=0,
                    help="tasks that sort and write the lake files (0: 4 per core, at most 256)")
     p.set_defaults(func=run)
