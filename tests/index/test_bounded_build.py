@@ -30,7 +30,7 @@ from crawlstream.index._formats import (
 from crawlstream.settings import IndexSettings
 from crawlstream.urls import domain_prefix
 from tests.index._s3 import mirror, s3_store
-from tests.index.test_versions import _batch, _snapshot, _write
+from tests.index.test_versions import _batch, _write
 from tests.index.test_writers_s3 import _served
 from tests.index.test_writers_s3 import _write as _write_store
 
@@ -51,23 +51,14 @@ def _files(root: Path) -> dict[str, bytes]:
     return {name: (root / manifest.current().files[key]).read_bytes() for key, name in _NAMES.items()}
 
 
-def _answers(root: Path) -> dict[tuple[str, int], list[tuple[int, str, int | None]]]:
-    reader = IndexReader(root)
-    try:
-        with reader.pin() as idx:
-            return _snapshot(idx)
-    finally:
-        reader.close()
-
-
 def test_the_memory_budget_and_the_workers_change_no_byte(lake_root: Path, tmp_path: Path) -> None:
     tiny, big = _linked(lake_root, tmp_path / "tiny"), _linked(lake_root, tmp_path / "big")
     IndexBuilder(tiny, index=IndexSettings(postings_shards=8, build_memory_mb=1, build_workers=1)).build()
     IndexBuilder(big, index=IndexSettings(postings_shards=8, build_memory_mb=4096, build_workers=4)).build()
     assert _files(tiny) == _files(big)
     assert _files(tiny) == _files(lake_root)  # the conftest's build, default settings
-    answers = _answers(tiny)
-    assert answers == _answers(big) and len(answers) > 500
+    answers = _served(tiny)
+    assert answers == _served(big) and len(answers) > 500
 
 
 def test_the_streamed_files_are_what_the_whole_version_encoders_write(lake_root: Path, tmp_path: Path) -> None:
@@ -118,7 +109,7 @@ def test_incremental_builds_over_spilled_blocks_equal_a_full_build(tmp_path: Pat
 
     def same_as_full(shards: int) -> None:
         IndexBuilder(full, index=IndexSettings(postings_shards=shards, **settings)).build(full=True)
-        assert _answers(lake) == _answers(full)
+        assert _served(lake) == _served(full)
         mine, theirs = _files(lake), _files(full)
         for name in ("domains.zst", "domain_to_datasets.roar"):  # file ids differ, domain ids do not
             assert mine[name] == theirs[name]
@@ -150,7 +141,7 @@ def test_a_build_killed_mid_merge_leaves_the_old_version_and_gc_removes_its_spil
     builder = IndexBuilder(tmp_path, index=IndexSettings(postings_shards=3))
     _write(tmp_path, _batch(40, 1))
     v1 = builder.build().version
-    before = _answers(tmp_path)
+    before = _served(tmp_path)
     _write(tmp_path, _batch(30, 2))
     marker = tmp_path / "merging"
     proc = subprocess.Popen([sys.executable, "-c", _HANG_IN_MERGE, str(tmp_path), str(marker)])
@@ -165,12 +156,12 @@ def test_a_build_killed_mid_merge_leaves_the_old_version_and_gc_removes_its_spil
     idir = tmp_path / "index"
     assert [p.name.split("-")[0] for p in idir.glob(".spill-*")] == [".spill"]
     assert read_manifest(tmp_path).current_version == v1  # type: ignore[union-attr]
-    assert _answers(tmp_path) == before
+    assert _served(tmp_path) == before
     gc = builder.gc()
     assert any(name.startswith(".spill-") for name in gc.removed_tmp_dirs)
     assert not list(idir.glob(".spill-*")) and not list(idir.glob(".tmp-*"))
     assert builder.build().version not in (None, v1)
-    assert len(_answers(tmp_path)) > len(before)
+    assert len(_served(tmp_path)) > len(before)
 
 
 def test_a_bounded_build_on_s3_serves_what_the_local_one_serves(
@@ -189,6 +180,6 @@ def test_a_bounded_build_on_s3_serves_what_the_local_one_serves(
             _write_store(target, rows)
             IndexBuilder(target, index=settings).build()
         served = _served(mirror(store, tmp_path / f"mirror-{len(rows)}"))
-        assert served == _answers(local)
+        assert served == _served(local)
         assert _files(tmp_path / f"mirror-{len(rows)}")["domains.zst"] == _files(local)["domains.zst"]
     assert not list(scratch.iterdir())  # the spill is gone

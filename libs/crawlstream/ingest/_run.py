@@ -33,7 +33,7 @@ from crawlstream.ingest._readers import FILE_DAMAGE, Batch, check_input, iter_ba
 from crawlstream.lake import LakeWriter
 from crawlstream.urls import CanonicalColumn, canonicalize_column
 
-__all__ = ["FileStats", "IngestStats", "ingest_files"]
+__all__ = ["FileStats", "IngestStats", "check_dataset_id", "ingest_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +158,12 @@ def _canonical_column(batch: Batch) -> CanonicalColumn:
     return canonicalize_column(pa.array(urls, pa.string()))
 
 
+def check_dataset_id(dataset_id: int) -> None:
+    """A dataset id is an int32 (the lake's partition and the index's postings hold it as one)."""
+    if dataset_id < 0 or dataset_id > 2**31 - 1:
+        raise BadDataError(f"dataset id must be in 0..2147483647, got {dataset_id}")
+
+
 def ingest_files(
     paths: Sequence[Path],
     dataset_id: int,
@@ -181,8 +187,7 @@ def ingest_files(
     ``published()`` once before the lake files are written: if it raises (the bus did not
     take the rows), nothing is written to the lake either.
     """
-    if dataset_id < 0 or dataset_id > 2**31 - 1:
-        raise BadDataError(f"dataset id must be in 0..2147483647, got {dataset_id}")
+    check_dataset_id(dataset_id)
     formats = [check_input(path, fmt=fmt, url_field=url_field) for path in paths]
     stats = IngestStats(dataset_id)
     add = writer.add

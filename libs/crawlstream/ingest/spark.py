@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from crawlstream.errors import BadDataError
 from crawlstream.ingest._readers import FILE_DAMAGE, check_input, iter_batches
-from crawlstream.ingest._run import EXAMPLE_CHARS, EXAMPLES_PER_REASON, FileStats, IngestStats
+from crawlstream.ingest._run import EXAMPLE_CHARS, EXAMPLES_PER_REASON, FileStats, IngestStats, check_dataset_id
 from crawlstream.objectstore import Location, ObjectStore, open_objects
 from crawlstream.settings import LakeSettings, S3Settings
 
@@ -105,8 +105,7 @@ def plan_job(
 ) -> SparkIngestJob:
     """Check every input as ``ingest_files`` does (``BadDataError`` before anything is written)
     and name the job after the inputs' identities, so the same command names the same files."""
-    if dataset_id < 0 or dataset_id > 2**31 - 1:
-        raise BadDataError(f"dataset id must be in 0..2147483647, got {dataset_id}")
+    check_dataset_id(dataset_id)
     if not paths:
         raise BadDataError("no input files given")
     formats = [check_input(path, fmt=fmt, url_field=url_field) for path in paths]
