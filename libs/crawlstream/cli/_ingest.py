@@ -17,12 +17,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from crawlstream.events import EventProducer, UrlRecord
-from crawlstream.ingest import FORMATS, IngestStats, ingest_files
+from crawlstream.ingest import FORMATS, FileStats, IngestStats, ingest_files
 from crawlstream.lake import LakeWriter
 from crawlstream.settings import Settings
 from crawlstream.topics import IN_LAKE_HEADER, URLS_RECORDS
@@ -130,11 +131,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             published=published,
         )
     progress(stats, final=True)
-    sys.stdout.write(json.dumps(stats.to_json(), indent=2) + "\n")
-    if stats.damaged:
-        for file in stats.damaged:
-            damage = file.damage or {}
-            sys.stderr.write(f"crawlstream: {file.path} is damaged from row {damage.get('row')}: "
-                             f"{damage.get('error')}\n")
-        return EXIT_DAMAGED
-    return 0
+    return report(stats.to_json(), stats.damaged)
+
+
+def report(summary: dict[str, Any], damaged: Sequence[FileStats]) -> int:
+    """Print the run's JSON summary, name each file damaged part-way; the exit status."""
+    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    for file in damaged:
+        damage = file.damage or {}
+        sys.stderr.write(f"crawlstream: {file.path} is damaged from row {damage.get('row')}: "
+                         f"{damage.get('error')}\n")
+    return EXIT_DAMAGED if damaged else 0

@@ -10,7 +10,6 @@ running the job again, not by ``crawlstream replay``. Needs the ``spark`` extra 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crawlstream.cli._ingest import add_input_arguments
+from crawlstream.cli._ingest import add_input_arguments, report
 from crawlstream.errors import ConfigError
 from crawlstream.objectstore import lake_location, parse_location
 from crawlstream.settings import Settings
@@ -28,7 +27,6 @@ from crawlstream.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-EXIT_DAMAGED = 3  # as `crawlstream ingest`: imported, but an input was damaged part-way
 
 SETTINGS_SECTIONS: tuple[str, ...] | None = ("lake", "s3")
 
@@ -135,11 +133,4 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         stats = run_job(session.sparkContext, job, partitions=args.partitions)
     summary = stats.to_json()
     summary.update({"job_id": job.job_id, "lake": str(lake), "spark_session_seconds": round(session_s, 3)})
-    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    if stats.damaged:
-        for file in stats.damaged:
-            damage = file.damage or {}
-            sys.stderr.write(f"crawlstream: {file.path} is damaged from row {damage.get('row')}: "
-                             f"{damage.get('error')}\n")
-        return EXIT_DAMAGED
-    return 0
+    return report(summary, stats.damaged)
