@@ -213,15 +213,20 @@ def test_a_delay_override_takes_effect_within_a_second_on_two_schedulers_sharing
         mine = domains[partition::2]
         s.enqueue(partition, [e for d in mine for e in _entries(d, 200)])
         schedulers.append((partition, s))
-    dispatched: list[tuple[float, str]] = []
+    # (before the due() call that handed it out, after it, domain): the scheduler stamped the
+    # dispatch between the two, whatever a loaded machine does to this thread
+    dispatched: list[tuple[float, float, str]] = []
     lock = threading.Lock()
     stop = threading.Event()
 
     def loop(partition: int, s: Scheduler) -> None:
         while not stop.is_set():
-            for t in s.due(partition):
+            asked = time.monotonic()
+            tickets = s.due(partition)
+            got = time.monotonic()
+            for t in tickets:
                 with lock:
-                    dispatched.append((time.monotonic(), t.domain))
+                    dispatched.append((asked, got, t.domain))
                 s.complete(partition, t.domain, t.url, OK)
             time.sleep(0.005)
 
@@ -241,13 +246,13 @@ def test_a_delay_override_takes_effect_within_a_second_on_two_schedulers_sharing
             th.join()
     late_violations: list[float] = []
     for d in domains:
-        times = [t for t, dom in dispatched if dom == d]
-        before = [t for t in times if t < returned]
+        spans = [(asked, got) for asked, got, dom in dispatched if dom == d]
+        before = [got for _, got in spans if got < returned]
         assert len(before) >= 5  # it ran fast under the settings
-        for a, b in itertools.pairwise(times):
-            if b >= returned and b - a < 0.4 - 0.02:  # 20 ms: when the thread got to record it
-                late_violations.append(b - returned)
-        after = [t for t in times if t >= returned]
+        for (a_asked, _), (b_asked, b_got) in itertools.pairwise(spans):
+            if b_asked >= returned and b_got - a_asked < 0.4:  # closer than the delay for certain
+                late_violations.append(b_asked - returned)
+        after = [asked for asked, _ in spans if asked >= returned]
         assert 3 <= len(after) <= 6  # about 2 s / 0.4 s
     assert late_violations == [], f"dispatches closer than the new delay, s after the command: {late_violations}"
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawlstream.cli._ingest import add_input_arguments, report
+from crawlstream.durable import write_atomically
 from crawlstream.errors import ConfigError
 from crawlstream.objectstore import lake_location, parse_location
 from crawlstream.settings import Settings
@@ -72,9 +73,7 @@ def _quiet_log4j() -> Path:
     """A log4j2 configuration printing errors only (Spark's default prints a page at start)."""
     path = Path(tempfile.gettempdir()) / "crawlstream-spark-log4j2.properties"
     if not path.is_file() or path.read_text() != _QUIET_LOG4J:
-        tmp = path.with_name(f"{path.name}.{os.getpid()}")
-        tmp.write_text(_QUIET_LOG4J)
-        tmp.replace(path)
+        write_atomically(path, _QUIET_LOG4J.encode(), fsync=False)  # another run may read it at once
     return path
 
 

@@ -12,9 +12,9 @@ memory: the merge's batches, and the units or blocks in flight.
 from __future__ import annotations
 
 import struct
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from crawlstream.index._formats import (
     DTDR_HEADER,
     PST_HEADER,
     Runs,
+    checksum_entry,
     encode_block,
     postings_head_size,
 )
@@ -288,22 +289,6 @@ def file_checksums_of(paths: dict[str, Path], *, blocks: int) -> dict[str, dict[
     """``_formats.file_checksums`` of files on disk, read ``CHECKSUM_CHUNK`` at a time."""
     sums: dict[str, dict[str, Any]] = {}
     for name, path in paths.items():
-        crc, size, chunks = 0, 0, []
-        head = postings_head_size(blocks)
-        head_crc: Callable[[], int] | None = None
         with open(path, "rb") as fh:
-            while piece := fh.read(CHECKSUM_CHUNK):
-                if size == 0 and name.startswith("postings"):
-                    first = piece[:head]
-                    head_crc = lambda first=first: zlib.crc32(first)  # noqa: E731
-                crc = zlib.crc32(piece, crc)
-                size += len(piece)
-                chunks.append(zlib.crc32(piece))
-        entry: dict[str, Any] = {"size": size, "crc32": crc}
-        if name.endswith(".roar"):
-            entry["chunk"] = CHECKSUM_CHUNK
-            entry["chunks"] = chunks
-        if name.startswith("postings"):
-            entry["head_crc32"] = head_crc() if head_crc else zlib.crc32(b"")
-        sums[name] = entry
+            sums[name] = checksum_entry(name, iter(partial(fh.read, CHECKSUM_CHUNK), b""), blocks=blocks)
     return sums

@@ -50,6 +50,7 @@ __all__ = [
     "FileEntry",
     "Runs",
     "Segment",
+    "checksum_entry",
     "decode_block",
     "decode_files",
     "domain_offsets",
@@ -358,16 +359,28 @@ def file_checksums(out: dict[str, bytes], *, blocks: int) -> dict[str, dict[str,
     """Per file of a version (by file name): size and CRC32, the CRC32 of each ``CHECKSUM_CHUNK``
     of the domain-to-datasets file (a reader may fetch ranges of it), and of the postings' head
     (the blocks carry their own). Recorded in the manifest: a reader on S3 verifies every read."""
-    sums: dict[str, dict[str, Any]] = {}
-    for name, data in out.items():
-        entry: dict[str, Any] = {"size": len(data), "crc32": zlib.crc32(data)}
-        if name.endswith(".roar"):
-            entry["chunk"] = CHECKSUM_CHUNK
-            entry["chunks"] = [zlib.crc32(data[i : i + CHECKSUM_CHUNK]) for i in range(0, len(data), CHECKSUM_CHUNK)]
-        if name.startswith("postings"):
-            entry["head_crc32"] = zlib.crc32(data[: postings_head_size(blocks)])
-        sums[name] = entry
-    return sums
+    return {name: checksum_entry(name, (data[i : i + CHECKSUM_CHUNK] for i in range(0, len(data), CHECKSUM_CHUNK)),
+                                 blocks=blocks)
+            for name, data in out.items()}
+
+
+def checksum_entry(name: str, chunks: Iterable[bytes], *, blocks: int) -> dict[str, Any]:
+    """:func:`file_checksums`' entry of one file given as consecutive ``CHECKSUM_CHUNK`` pieces
+    (a file streamed from disk gets the same entry as its bytes)."""
+    crc, size, crcs, head = 0, 0, [], b""
+    for piece in chunks:
+        if size == 0:
+            head = piece[: postings_head_size(blocks)]
+        crc = zlib.crc32(piece, crc)
+        size += len(piece)
+        crcs.append(zlib.crc32(piece))
+    entry: dict[str, Any] = {"size": size, "crc32": crc}
+    if name.endswith(".roar"):
+        entry["chunk"] = CHECKSUM_CHUNK
+        entry["chunks"] = crcs
+    if name.startswith("postings"):
+        entry["head_crc32"] = zlib.crc32(head)
+    return entry
 
 
 def is_current_postings(head: bytes) -> bool:
