@@ -15,8 +15,9 @@ Per size, on URLs shaped like the real lists (``bench.scale_data``; seeded, 4 da
 ``python -m bench scale``: 1M and 10M; ``--quick``: 1M; 100M is opt-in:
 ``CRAWLSTREAM_BENCH_SCALE_SIZES=1m,10m,100m python -m bench scale`` (~3 h on 2 cores, ~40 GB of
 disk under ``CRAWLSTREAM_BENCH_DIR``). Generated inputs are kept in
-``CRAWLSTREAM_BENCH_DIR/scale-inputs`` for the next run; set ``CRAWLSTREAM_BENCH_SCALE_KEEP=1``
-to keep the lakes too.
+``CRAWLSTREAM_BENCH_DIR/scale-inputs`` for the next run, and each size's results in
+``CRAWLSTREAM_BENCH_DIR/scale-<N>.json`` as soon as it is done; set
+``CRAWLSTREAM_BENCH_SCALE_KEEP=1`` to keep the lakes too.
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ def run(quick: bool) -> dict[str, Any]:
     try:
         for n in _sizes(quick):
             result["sizes"][str(n)] = _one_size(n, inputs, work, spark)
+            # each size's numbers kept as soon as they exist: a 100M run takes hours
+            (base / f"scale-{n}.json").write_text(json.dumps(result["sizes"][str(n)], indent=2) + "\n")
         sizes = sorted(result["sizes"], key=int)
         if len(sizes) >= 2:
             small, big = result["sizes"][sizes[-2]], result["sizes"][sizes[-1]]
