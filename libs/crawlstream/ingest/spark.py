@@ -307,8 +307,8 @@ def _write_hh(job: SparkIngestJob, store: ObjectStore, hh: str, table: pa.Table,
     for chunk, start in enumerate(range(0, table.num_rows, max_rows)):
         part = table.slice(start, max_rows)
         started = time.perf_counter()
-        lake_table, dropped = build_table(part.column("url").to_pylist(), part.column("domain").to_pylist(),
-                                          part.column("ts").to_pylist(), part.column("extras").to_pylist())
+        lake_table, dropped = build_table(part.column("url"), part.column("domain"), part.column("ts"),
+                                          part.column("extras"))
         name = lake_file_name(job.job_id, chunk)
         names.add(name)
         pending.append(pool.submit(_publish, job, store, hh, name, lake_table, dropped,

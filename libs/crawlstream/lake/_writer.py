@@ -299,18 +299,28 @@ class LakeWriter:
         )
 
 
+def _column(values: Sequence[Any] | pa.Array | pa.ChunkedArray, kind: pa.DataType) -> pa.Array:
+    """An Arrow column from Python values or from an Arrow column (taken as is: no round trip)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], kind)
+    if isinstance(values, pa.Array):
+        return values if values.type == kind else values.cast(kind)
+    return pa.array(values, kind)
+
+
 def build_table(
-    urls: Sequence[str],
-    domains: Sequence[str],
-    ts_ms: Sequence[int | None],
-    extras: Sequence[str | None],
+    urls: Sequence[str] | pa.Array | pa.ChunkedArray,
+    domains: Sequence[str] | pa.Array | pa.ChunkedArray,
+    ts_ms: Sequence[int | None] | pa.Array | pa.ChunkedArray,
+    extras: Sequence[str | None] | pa.Array | pa.ChunkedArray,
 ) -> tuple[pa.Table, int]:
     """Rows -> a lake-ordered, deduplicated table in ``LAKE_SCHEMA``; and the #duplicates dropped.
 
-    ``urls`` are canonical and ``domains`` their registered domains (ValueError otherwise).
+    ``urls`` are canonical and ``domains`` their registered domains (ValueError otherwise); each
+    column a Python sequence or an Arrow column (Spark's write tasks hand Arrow over as it is).
     """
-    domain_arr = pa.array(domains, pa.string())
-    url_arr = pa.array(urls, pa.string())
+    domain_arr = _column(domains, pa.string())
+    url_arr = _column(urls, pa.string())
     order, dropped = sort_dedupe(url_arr, domain_arr)
     sorted_domains = domain_arr.take(order)
     schemes, prefixes, ports, paths = split_urls(url_arr.take(order), sorted_domains)
@@ -321,8 +331,8 @@ def build_table(
             prefixes,
             ports,
             paths,
-            pa.array(ts_ms, pa.int64()).take(order).cast(pa.timestamp("ms")),
-            pa.array(extras, pa.string()).take(order),
+            _column(ts_ms, pa.int64()).take(order).cast(pa.timestamp("ms")),
+            _column(extras, pa.string()).take(order),
         ],
         schema=LAKE_SCHEMA,
     )
