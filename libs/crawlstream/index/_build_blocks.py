@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 import zstandard
 
 from crawlstream.index._formats import (
@@ -33,6 +32,7 @@ from crawlstream.index._formats import (
     inline_segments,
     run_row_starts,
 )
+from crawlstream.urls import domain_prefix_number
 
 _UNITS = 256  # lake prefixes: hh is two hex digits
 
@@ -192,9 +192,8 @@ def load_runs(d: Path) -> Runs:
 
 
 def unit_of_names(names: Iterable[str]) -> np.ndarray:
-    """The unit of each domain: its lake prefix ``hh`` (``domain_prefix``), the top byte of xxh3_64."""
-    h = xxhash.xxh3_64_intdigest
-    return np.fromiter((h(n.encode()) >> 56 for n in names), np.int64)
+    """The unit of each domain: its lake prefix ``hh`` as a number."""
+    return np.fromiter(map(domain_prefix_number, names), np.int64)
 
 
 class PrevVersion:

@@ -211,18 +211,13 @@ def _judge_batch(batch: Any, file: InputFile, url_field: str, rejects: _FileReje
     ], schema=_ROWS_SCHEMA)
 
 
-def _hh_column(domains: pa.ChunkedArray, cache: dict[str, str]) -> pa.Array:
+def _hh_column(domains: pa.ChunkedArray) -> pa.Array:
     """The lake's domain prefix of every row, computed once per distinct domain."""
-    from crawlstream.lake._writer import _hh
+    from crawlstream.urls import domain_prefix
 
     uniq = pc.unique(domains)
-    prefixes = []
-    for domain in uniq.to_pylist():
-        hh = cache.get(domain)
-        if hh is None:
-            hh = cache[domain] = _hh(domain)
-        prefixes.append(hh)
-    return pa.array(prefixes, pa.string()).take(pc.index_in(domains, value_set=uniq))
+    prefixes = pa.array([domain_prefix(domain) for domain in uniq.to_pylist()], pa.string())
+    return prefixes.take(pc.index_in(domains, value_set=uniq))
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -236,7 +231,6 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
     """Stage 1 over the inputs ``indexes``: ``(hh, (file index, Arrow IPC of its valid rows))``
     per domain prefix, rows in input order; then ``("#stats", counts)`` per file."""
     store = open_objects(job.rejects, job.s3) if job.rejects is not None else None
-    cache: dict[str, str] = {}
     for index in indexes:
         file = job.inputs[index]
         rejects = _FileRejects(job, file, store)
@@ -256,7 +250,7 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
         rejects_uri = rejects.publish()
         valid = pa.concat_tables(tables) if tables else _ROWS_SCHEMA.empty_table()
         if valid.num_rows:
-            valid = valid.append_column("hh", _hh_column(valid.column("domain"), cache))
+            valid = valid.append_column("hh", _hh_column(valid.column("domain")))
             # stable: each hh's rows keep their input order (build_table keeps the first of equal URLs)
             valid = valid.take(pc.sort_indices(valid, sort_keys=[("hh", "ascending")]))
             start = 0
