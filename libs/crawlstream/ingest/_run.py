@@ -21,19 +21,20 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from crawlstream.errors import BadDataError
 from crawlstream.ingest._readers import FILE_DAMAGE, Batch, check_input, iter_batches
 from crawlstream.lake import LakeWriter
 from crawlstream.urls import CanonicalColumn, canonicalize_column
 
-__all__ = ["FileStats", "IngestStats", "check_dataset_id", "ingest_files"]
+__all__ = ["FileStats", "IngestStats", "canonicalize_batch", "check_dataset_id", "ingest_files", "rejections"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class _Rejected:
             self._out.close()
 
 
-def _canonical_column(batch: Batch) -> CanonicalColumn:
+def canonicalize_batch(batch: Batch) -> CanonicalColumn:
     """``canonicalize_column`` of a batch's URLs (one call per batch: ADR 032); a row the reader
     rejected is passed as null, so it is never valid and keeps the reader's reason."""
     urls = batch.urls
@@ -156,6 +157,23 @@ def _canonical_column(batch: Batch) -> CanonicalColumn:
         for i in batch.bad:
             urls[i] = None
     return canonicalize_column(pa.array(urls, pa.string()))
+
+
+def rejections(batch: Batch, column: CanonicalColumn, url_field: str) -> Iterator[tuple[int, str, str]]:
+    """(index in the batch, reason, message) of each row of ``batch`` that is not valid in
+    ``column`` (its ``canonicalize_batch``), in row order: the reader's reason for a row it
+    rejected, a missing value named by its field, else the canonicalizer's."""
+    if column.reason.null_count == len(column):
+        return
+    reasons, errors = column.reason.to_pylist(), column.error.to_pylist()
+    for i in pc.indices_nonzero(pc.invert(column.valid)).to_pylist():
+        unparsed = batch.bad.get(i)
+        if unparsed is not None:
+            yield i, *unparsed
+        elif reasons[i] == "missing":
+            yield i, "missing", f"no value in {url_field!r} (null)"
+        else:
+            yield i, reasons[i], errors[i]
 
 
 def check_dataset_id(dataset_id: int) -> None:
@@ -201,25 +219,16 @@ def ingest_files(
                                       keep_extras=keep_extras):
                 stats.bad_ts += batch.bad_ts
                 stats.rows += len(batch)
-                column = _canonical_column(batch)
-                urls, domains = column.url.to_pylist(), column.domain.to_pylist()
-                reasons, errors = column.reason.to_pylist(), column.error.to_pylist()
-                for i, raw in enumerate(batch.urls):
-                    url = urls[i]
+                column = canonicalize_batch(batch)
+                for i, (url, domain) in enumerate(zip(column.url.to_pylist(), column.domain.to_pylist(),
+                                                      strict=True)):
                     if url is not None:
-                        add(dataset_id, url, domains[i], batch.ts_ms[i], batch.extras[i])
+                        add(dataset_id, url, domain, batch.ts_ms[i], batch.extras[i])
                         if publish is not None:
-                            publish(dataset_id, url, domains[i], batch.ts_ms[i], batch.extras[i])
+                            publish(dataset_id, url, domain, batch.ts_ms[i], batch.extras[i])
                         stats.valid += 1
-                        continue
-                    unparsed = batch.bad.get(i)
-                    if unparsed is not None:
-                        reason, error = unparsed
-                    elif reasons[i] == "missing":
-                        reason, error = "missing", f"no value in {url_field!r} (null)"
-                    else:
-                        reason, error = reasons[i], errors[i]
-                    rejected.add(batch.first_row + i, raw, reason, error)
+                for i, reason, error in rejections(batch, column, url_field):
+                    rejected.add(batch.first_row + i, batch.urls[i], reason, error)
                 if progress is not None:
                     progress(stats)
         finally:

@@ -44,7 +44,15 @@ import pyarrow.compute as pc
 
 from crawlstream.errors import BadDataError
 from crawlstream.ingest._readers import FILE_DAMAGE, check_input, iter_batches
-from crawlstream.ingest._run import EXAMPLE_CHARS, EXAMPLES_PER_REASON, FileStats, IngestStats, check_dataset_id
+from crawlstream.ingest._run import (
+    EXAMPLE_CHARS,
+    EXAMPLES_PER_REASON,
+    FileStats,
+    IngestStats,
+    canonicalize_batch,
+    check_dataset_id,
+    rejections,
+)
 from crawlstream.objectstore import Location, ObjectStore, open_objects
 from crawlstream.settings import LakeSettings, S3Settings
 
@@ -181,26 +189,10 @@ class _FileRejects:
 def _judge_batch(batch: Any, file: InputFile, url_field: str, rejects: _FileRejects) -> pa.Table:
     """One reader batch -> its valid rows (``_ROWS_SCHEMA``); its invalid rows go to ``rejects``
     with the reason and message ``ingest_files`` gives them."""
-    from crawlstream.urls import canonicalize_column
-
-    raw = batch.urls
-    if batch.bad:  # rows the reader rejected are not URLs: hide them from the canonicalizer
-        raw = list(raw)
-        for i in batch.bad:
-            raw[i] = None
-    col = canonicalize_column(pa.array(raw, pa.string()))
+    col = canonicalize_batch(batch)
     valid = col.valid
-    if col.reason.null_count != len(col):
-        reasons, errors = col.reason, col.error
-        for i in pc.indices_nonzero(pc.invert(valid)).to_pylist():
-            bad = batch.bad.get(i)
-            if bad is not None:
-                reason, error = bad
-            else:
-                reason, error = reasons[i].as_py(), errors[i].as_py()
-                if reason == "missing":
-                    error = f"no value in {url_field!r} (null)"
-            rejects.add(batch.first_row + i, batch.urls[i], reason, error)
+    for i, reason, error in rejections(batch, col, url_field):
+        rejects.add(batch.first_row + i, batch.urls[i], reason, error)
     n_valid = col.reason.null_count
     return pa.table([
         pa.array([file.index] * n_valid, pa.int32()),
