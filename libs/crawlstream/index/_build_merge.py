@@ -29,17 +29,16 @@ from crawlstream.index._formats import (
     CHECKSUM_CHUNK,
     DTDR_HEADER,
     PST_HEADER,
+    SMALL_SET,
     Runs,
     checksum_entry,
     encode_block,
     postings_head_size,
+    small_sets_section,
 )
 
 __all__ = ["dtdr_codes", "file_checksums_of", "merge_domains", "write_postings"]
 
-_SMALL_HEADER = 9  # as _formats.encode_dtdr_pairs: cookie (4), run bitset (1), key (2), cardinality - 1 (2)
-_SMALL_SET = 8
-_COOKIE = struct.pack("<I", 12347)
 _ENTRY = np.dtype([("start", "<u8"), ("len", "<u4")])
 
 
@@ -54,10 +53,10 @@ def dtdr_codes(pair_domain: np.ndarray, pair_dataset: np.ndarray, n_domains: int
     if full:
         big_mask = np.ones(n_domains, bool)
     else:
-        big_mask = (card > _SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16
+        big_mask = (card > SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16
                                           if n_domains else np.zeros(0, bool))
     codes = np.zeros(n_domains, np.int64)
-    rows = np.zeros((n_domains, _SMALL_SET), dtype="<u2")
+    rows = np.zeros((n_domains, SMALL_SET), dtype="<u2")
     small = ~big_mask
     on_small = small[pair_domain]
     pd = pair_domain[on_small]
@@ -108,19 +107,15 @@ class _Dtdr:
         where = np.empty(len(keys), np.int64)  # every block's set -> its rank among the distinct sets
         where[order] = np.cumsum(new) - 1
         keys, cards = keys[order[new]], cards[order[new]]
-        sizes = _SMALL_HEADER + 2 * cards
+        section, sizes = small_sets_section(np.ascontiguousarray(keys).view("<u2").reshape(-1, SMALL_SET), cards)
         starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         bounds = np.cumsum([0, *(len(p) for p in parts)])
         # per block: its small codes -> (start, len) in the file
         self.small = {r.unit: (starts[where[bounds[i] : bounds[i + 1]]], sizes[where[bounds[i] : bounds[i + 1]]])
                       for i, r in enumerate(results)}
-        rep = np.zeros((len(keys), _SMALL_HEADER + 2 * _SMALL_SET), np.uint8)
-        rep[:, 0:4] = np.frombuffer(_COOKIE, np.uint8)
-        rep[:, 7:9] = (cards - 1).astype("<u2").view(np.uint8).reshape(-1, 2)
-        rep[:, 9:] = np.ascontiguousarray(keys).view(np.uint8).reshape(-1, 2 * _SMALL_SET)
         self.fh = open(path, "wb")  # noqa: SIM115 - closed by finish()
         self.fh.write(b"\0" * DTDR_HEADER.size)
-        self.fh.write(rep[np.arange(rep.shape[1]) < sizes[:, None]].tobytes())
+        self.fh.write(section)
         self.offset = DTDR_HEADER.size + int(sizes.sum())
         self.n = n_domains
         self.big: dict[bytes, int] = {}

@@ -47,6 +47,8 @@ __all__ = [
     "DTDR_ENTRY",
     "DTDR_HEADER",
     "PST_HEADER",
+    "SMALL_SET",
+    "SMALL_SET_HEADER",
     "FileEntry",
     "Runs",
     "Segment",
@@ -67,6 +69,7 @@ __all__ = [
     "postings_block",
     "postings_head_size",
     "run_row_starts",
+    "small_sets_section",
 ]
 
 DTDR_MAGIC = b"DTDR"
@@ -176,14 +179,14 @@ def encode_dtdr(bitmaps: Sequence[bytes]) -> bytes:
 
 
 _ROARING_RUN_COOKIE = 12347  # CRoaring portable format; high 16 bits = containers - 1
-_SMALL_HEADER = 9  # cookie (4), run bitset (1), key (2), cardinality - 1 (2)
-_SMALL_SET = 8
+SMALL_SET_HEADER = 9  # cookie (4), run bitset (1), key (2), cardinality - 1 (2)
+SMALL_SET = 8  # the most datasets a domain's set stores in the compact form
 
 
 def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> bytes:
     """The DTDR file from (domain_id, dataset_id) pairs sorted by (domain, dataset), unique.
 
-    A domain in at most ``_SMALL_SET`` datasets (the vast majority) gets one Roaring array
+    A domain in at most ``SMALL_SET`` datasets (the vast majority) gets one Roaring array
     container in the portable serialization with the run-container cookie (no container is a
     run, and under 4 containers the format has no offset header): 9 bytes + 2 per member,
     where ``BitMap.serialize`` writes 16 + 2 per member (ADR 008). Larger sets are serialized
@@ -197,13 +200,13 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     if n_domains and card.min() == 0:
         raise ValueError("every domain of the dictionary needs at least one dataset")
     first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64)
-    big = np.flatnonzero((card > _SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16)
+    big = np.flatnonzero((card > SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16)
                          if n_domains else np.zeros(0, bool))
     small = np.ones(n_domains, bool)
     small[big] = False
     # A small set as a row of its members, zero-padded: a member after the first is > 0, so the
     # row alone identifies the set; its two u64 halves are the dedupe key.
-    rows = np.zeros((n_domains, _SMALL_SET), dtype="<u2")
+    rows = np.zeros((n_domains, SMALL_SET), dtype="<u2")
     on_small = small[pair_domain]
     pd = pair_domain[on_small]
     rows[pd, np.flatnonzero(on_small) - first[pd]] = pair_dataset[on_small]
@@ -216,17 +219,11 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     set_of = np.empty(len(sd), np.int64)
     set_of[order] = np.cumsum(new_set) - 1
     reps = sd[order[new_set]]  # one domain per distinct small set
-    rep_sizes = _SMALL_HEADER + 2 * card[reps]
+    section, rep_sizes = small_sets_section(rows[reps], card[reps])
     rep_starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(rep_sizes)[:-1])).astype(np.int64)
     small_end = DTDR_HEADER.size + int(rep_sizes.sum())
-    rep_bytes = np.zeros((len(reps), _SMALL_HEADER + 2 * _SMALL_SET), dtype=np.uint8)
-    rep_bytes[:, 0:4] = np.frombuffer(struct.pack("<I", _ROARING_RUN_COOKIE), np.uint8)  # 1 container
-    # rep_bytes[:, 4] = 0: the run bitset (container 0 is not a run); [:, 5:7] = 0: key 0
-    rep_bytes[:, 7:9] = (card[reps] - 1).astype("<u2").view(np.uint8).reshape(-1, 2)  # cardinality - 1
-    rep_bytes[:, 9:] = rows[reps].view(np.uint8)
-    section = rep_bytes[np.arange(rep_bytes.shape[1]) < rep_sizes[:, None]]  # row-major: rep by rep
     starts = np.zeros(n_domains, np.int64)
-    sizes = _SMALL_HEADER + 2 * card
+    sizes = SMALL_SET_HEADER + 2 * card
     starts[sd] = rep_starts[set_of]
     big_parts: list[bytes] = []
     stored: dict[bytes, int] = {}
@@ -244,7 +241,20 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     entries["start"] = starts
     entries["len"] = sizes
     return b"".join([DTDR_HEADER.pack(DTDR_MAGIC, FORMAT_VERSION, n_domains, index_offset),
-                     section.tobytes(), *big_parts, entries.tobytes()])
+                     section, *big_parts, entries.tobytes()])
+
+
+def small_sets_section(members: np.ndarray, cards: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The DTDR's small sets, one after another, and each one's size: a set is one Roaring array
+    container in the portable format (``encode_dtdr_pairs``) from its row of ``SMALL_SET`` u16
+    ``members`` (zero-padded) and its cardinality."""
+    sizes = SMALL_SET_HEADER + 2 * cards
+    rep = np.zeros((len(members), SMALL_SET_HEADER + 2 * SMALL_SET), dtype=np.uint8)
+    rep[:, 0:4] = np.frombuffer(struct.pack("<I", _ROARING_RUN_COOKIE), np.uint8)  # 1 container
+    # rep[:, 4] = 0: the run bitset (container 0 is not a run); [:, 5:7] = 0: key 0
+    rep[:, 7:9] = (cards - 1).astype("<u2").view(np.uint8).reshape(-1, 2)  # cardinality - 1
+    rep[:, 9:] = np.ascontiguousarray(members, dtype="<u2").view(np.uint8).reshape(-1, 2 * SMALL_SET)
+    return rep[np.arange(rep.shape[1]) < sizes[:, None]].tobytes(), sizes  # row-major: set by set
 
 
 def dtdr_header(buf: bytes | memoryview) -> tuple[int, int]:
