@@ -18,8 +18,9 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from e2e_support import MAX_RETRIES, api_answers, crawl_env, crawl_settings, demo_web, web_inputs
+from e2e_support import MAX_RETRIES, api_answers, crawl_env, crawl_settings, demo_web
 
+from crawlstream.devtools.deployment import web_inputs
 from crawlstream.index import IndexBuilder
 from crawlstream.urls import registered_domain_or_host
 

@@ -11,20 +11,14 @@ import asyncio
 import dataclasses
 import hashlib
 import itertools
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawlstream.dedupe import service as deduper
 from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
-from crawlstream.fetch import service as fetcher
-from crawlstream.lake import service as parquet_sink
-from crawlstream.links import service as link_extractor
-from crawlstream.politeness import service as scheduler
+from crawlstream.devtools.deployment import MEMBERS, group_of
 from crawlstream.settings import Settings, load
-from crawlstream.store import service as bucket_compressor
 
 MIN_DELAY_S = 0.05
 CRAWL_DELAY_S = 0.3
@@ -36,14 +30,7 @@ ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
 RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")  # they always fail: retried
 SITEMAP_MAX_BYTES = 1024 * 1024  # the web's sitemap bomb inflates past it
 # service name -> (consumer group, topics it consumes), from the services' own wiring
-GROUPS = {
-    "deduper": (deduper.GROUP, deduper.TOPICS),
-    "scheduler": (scheduler.GROUP, scheduler.TOPICS),
-    "fetcher": (fetcher.GROUP, fetcher.TOPICS),
-    "link-extractor": (link_extractor.GROUP, link_extractor.TOPICS),
-    "bucket-compressor": (bucket_compressor.GROUP, bucket_compressor.TOPICS),
-    "parquet-sink": (parquet_sink.GROUP, parquet_sink.TOPICS),
-}
+GROUPS = {name: group_of(name) for name in MEMBERS}
 
 SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
 
@@ -74,15 +61,6 @@ def crawl_env(data_dir: Path, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
-
-
-def web_inputs(root: Path, web: DemoWeb) -> tuple[Path, Path]:
-    """``root/resolve.json`` (the web's hosts -> its loopback port) and ``root/seeds.txt``,
-    the files a crawl of ``web`` is started with."""
-    resolve_map, seeds = root / "resolve.json", root / "seeds.txt"
-    resolve_map.write_text(json.dumps(web.resolve_map))
-    seeds.write_text("\n".join(web.seed_urls()) + "\n")
-    return resolve_map, seeds
 
 
 def crawl_settings(data_dir: Path, **extra: str) -> Settings:

