@@ -8,10 +8,10 @@ DATA_DIR ?= ./data
 # Test processes for `make test` (pytest-xdist, one test file per worker at a time).
 TEST_WORKERS ?= 2
 
-.PHONY: run test test-slow bench lint venv kafka schema-registry deploy-tools s3 postgres chromium clean help
+.PHONY: run test test-slow repeat-faults soak bench lint venv kafka schema-registry deploy-tools s3 postgres chromium clean help
 
 help:
-	@echo "make run | test | test-slow | bench | lint | kafka | schema-registry | deploy-tools | s3 | postgres | chromium | clean"
+	@echo "make run | test | test-slow | repeat-faults | soak | bench | lint | kafka | schema-registry | deploy-tools | s3 | postgres | chromium | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -129,6 +129,34 @@ test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SC
 
 test-slow: $(STAMP) $(KAFKA_STAMP) $(VERSITYGW)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider
+	$(MAKE) repeat-faults
+
+# Issue 28's repetition: the three Kafka fault tests, REPEAT consecutive rounds (one pytest run
+# per round, the three tests on two workers); each round's log in REPEAT_DIR; stops at the first
+# failure. Part of test-slow.
+REPEAT     ?= 20
+REPEAT_DIR ?= test-artifacts/repeat-faults
+FAULT_TESTS := \
+  tests/e2e/test_kafka_faults.py::test_the_broker_leading_most_partitions_killed_mid_crawl_loses_and_duplicates_nothing \
+  tests/e2e/test_kafka_faults.py::test_a_seeded_kill_9_schedule_of_every_service_loses_and_duplicates_nothing_users_see \
+  tests/e2e/test_kafka_crawl.py::test_a_member_killed_and_a_member_added_mid_crawl_lose_nothing_and_stay_polite
+repeat-faults: $(STAMP) $(KAFKA_STAMP)
+	@mkdir -p $(REPEAT_DIR)
+	@for i in $$(seq 1 $(REPEAT)); do \
+	  if $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist load -rA $(FAULT_TESTS) > $(REPEAT_DIR)/round-$$i.log 2>&1; then \
+	    echo "round $$i/$(REPEAT): 3 passed ($$(tail -1 $(REPEAT_DIR)/round-$$i.log))"; \
+	  else \
+	    echo "round $$i/$(REPEAT) FAILED: $(REPEAT_DIR)/round-$$i.log"; tail -5 $(REPEAT_DIR)/round-$$i.log; exit 1; \
+	  fi; \
+	done
+
+# The chaos soak (issue 28): SOAK_MINUTES of seeded faults on the distributed deployment, then
+# every invariant; summary.json, faults.jsonl, resources.jsonl and soak.png in SOAK_DIR.
+SOAK_MINUTES ?= 120
+SOAK_SEED    ?= 1
+SOAK_DIR     ?= test-artifacts/soak-seed-$(SOAK_SEED)
+soak: $(STAMP) $(KAFKA_STAMP)
+	$(BIN)/python -m bench soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --dir $(SOAK_DIR)
 
 bench: $(STAMP) $(KAFKA_STAMP) $(VERSITYGW) postgres
 	$(BIN)/python -m bench

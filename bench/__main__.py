@@ -1,6 +1,8 @@
 """Run every benchmark module (``bench/bench_*.py``) and print one JSON document.
 
 ``python -m bench [--quick] [name ...]`` — names select modules (``urls`` for bench_urls).
+``python -m bench soak --minutes M --seed S`` — the chaos soak (``bench.soak.run``: hours, opt-in,
+never part of the full run).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from bench._harness import machine
 
 def _main() -> None:
     args = sys.argv[1:]
+    if args[:1] == ["soak"]:
+        from bench.soak.run import main as soak
+
+        raise SystemExit(soak(args[1:]))
     quick = "--quick" in args
     wanted = {a for a in args if not a.startswith("-")}
     import bench

@@ -1,0 +1,164 @@
+"""How the soak injects each kind of fault of ``chaos.KINDS`` and undoes it later.
+
+Each injector acts at once (SIGKILL, SIGSTOP, a ballast file), records the fault, and schedules
+its undoing on the soak's action queue, so faults overlap: the next one may come while a broker
+killed by the last is still down. Only processes the soak started are signalled, by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from bench.soak.chaos import PlannedFault
+
+if TYPE_CHECKING:
+    from bench.soak.run import Soak
+
+BUILD_WAIT_S = 90.0  # how long a build-kill waits for a build in progress before it strikes anyway
+
+
+def _kill_member(soak: Soak, p: PlannedFault) -> None:
+    member = soak.members[p.target]
+    if not member.process.running:
+        return
+    member.held = "killed"
+    member.process.kill(signal.SIGKILL)
+    fault = soak.record(p.kind, p.target, f"pid {member.process.pid}, restart in {p.restore_s:.0f} s")
+
+    def back() -> None:
+        soak.restart(p.target)
+        soak.restored(fault)
+
+    soak.at(time.monotonic() + p.restore_s, f"restart {p.target}", back)
+
+
+def _zombie(soak: Soak, p: PlannedFault) -> None:
+    member = soak.members[p.target]
+    if not member.process.running:
+        return
+    member.held = "stopped"
+    member.process.kill(signal.SIGSTOP)
+    fault = soak.record(p.kind, p.target, f"pid {member.process.pid}, SIGSTOP for {p.restore_s:.0f} s")
+
+    def wake() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            member.process.kill(signal.SIGCONT)
+        member.held = ""
+        soak.restored(fault)
+
+    soak.at(time.monotonic() + p.restore_s, f"wake {p.target}", wake)
+
+
+def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = "") -> None:
+    node = int(target.removeprefix("broker-"))
+    if soak.where.kafka.pid_of(node) is None:
+        return  # already down (an earlier fault's): nothing to do
+    soak.where.kafka.kill(node, signal.SIGKILL)
+    fault = soak.record(kind, target, detail or f"restart in {restore_s:.0f} s")
+
+    def back() -> None:  # on a thread: a restart waits until the node answers (seconds)
+        def restart() -> None:
+            soak.where.kafka.restart(node)
+            soak.restored(fault)
+
+        threading.Thread(target=restart, name=f"restart-{target}", daemon=True).start()
+
+    soak.at(time.monotonic() + restore_s, f"restart {target}", back)
+
+
+def _broker_kill(soak: Soak, p: PlannedFault) -> None:
+    _broker(soak, p.kind, p.target, p.restore_s)
+
+
+def _two_brokers(soak: Soak, p: PlannedFault) -> None:
+    _broker(soak, p.kind, p.target, p.restore_s, f"first of two, restart in {p.restore_s:.0f} s")
+    second = lambda: _broker(  # noqa: E731 - a deferred call with its arguments bound
+        soak, p.kind, p.second_target, p.second_restore_s, f"second of two, restart in {p.second_restore_s:.0f} s"
+    )
+    soak.at(time.monotonic() + p.second_after_s, f"kill {p.second_target}", second)
+
+
+def _redis_kill(soak: Soak, p: PlannedFault) -> None:
+    server = soak.where.redis_server
+    if server.pid is None:
+        return
+    pid = server.pid
+    server.kill(signal.SIGKILL)
+    fault = soak.record(p.kind, "redis", f"pid {pid}, restart in {p.restore_s:.0f} s")
+
+    def back() -> None:
+        server.start()
+        soak.restored(fault)
+
+    soak.at(time.monotonic() + p.restore_s, "restart redis", back)
+
+
+def _api_kill(soak: Soak, p: PlannedFault) -> None:
+    """SIGKILL the API with a request of the client in flight (polls up to 10 s for one)."""
+    _when(soak, p, soak.client.in_flight, 10.0, "query-api-0", ("mid-request", "no request in flight"))
+
+
+def _build_kill(soak: Soak, p: PlannedFault) -> None:
+    """SIGKILL the compactor while a version is being written (its spill dir exists)."""
+    index_dir = soak.where.settings.data_dir / "index"
+    _when(soak, p, lambda: any(index_dir.glob(".spill-*")), BUILD_WAIT_S, "index-compactor-0",
+          ("mid-version", "between builds"))
+
+
+def _when(
+    soak: Soak, p: PlannedFault, ready: Callable[[], bool], wait_s: float, label: str, notes: tuple[str, str]
+) -> None:
+    """Kill ``label`` as soon as ``ready()`` (polled on the soak's queue, so nothing else waits),
+    or when ``wait_s`` has passed; the fault's detail says which."""
+    deadline = time.monotonic() + wait_s
+
+    def poll() -> None:
+        hit = ready()
+        if not hit and time.monotonic() < deadline:
+            soak.at(time.monotonic() + 0.02, f"{p.kind}: wait", poll)
+            return
+        _kill_member(soak, PlannedFault(p.at_s, p.kind, label, p.restore_s))
+        if soak.faults and soak.faults[-1].kind == p.kind:
+            soak.faults[-1].detail += f"; {notes[0] if hit else notes[1]}"
+
+    poll()
+
+
+def _disk_floor(soak: Soak, p: PlannedFault) -> None:
+    """A ballast file (fallocate: no data written) takes free space below the services' floor."""
+    floor = getattr(soak, "floor_mb", 0) << 20
+    free = shutil.disk_usage(soak.cfg.root).free
+    size = max(0, free - floor) + (256 << 20)
+    fd = os.open(soak.ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+    after = shutil.disk_usage(soak.cfg.root).free
+    fault = soak.record(p.kind, "data-disk", f"ballast {size >> 20} MB: free {after >> 20} MB, floor {floor >> 20} MB")
+
+    def lift() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            soak.ballast.unlink()
+        soak.restored(fault)
+
+    soak.at(time.monotonic() + p.restore_s, "remove the ballast", lift)
+
+
+INJECT: dict[str, Callable[[Soak, PlannedFault], None]] = {
+    "member-kill": _kill_member,
+    "zombie": _zombie,
+    "broker-kill": _broker_kill,
+    "two-brokers": _two_brokers,
+    "redis-kill": _redis_kill,
+    "api-kill": _api_kill,
+    "build-kill": _build_kill,
+    "disk-floor": _disk_floor,
+}

@@ -1,0 +1,179 @@
+"""The end of a soak: undo every fault, stop fetching, drain the rest, stop everything, then check
+the whole history (``invariants``) against the store, the lake and the index."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from bench.soak.chaos import ChaosPlan
+from bench.soak.client import ApiClient
+from bench.soak.invariants import listing_check, page_requests, politeness, repeats, served_pages
+from crawlstream.bus import KafkaBus
+from crawlstream.crawl import LagProbe
+from crawlstream.devtools.deployment import group_of, groups_assigned
+from crawlstream.index import IndexReader
+from crawlstream.settings import Settings
+from crawlstream.store import open_store
+
+if TYPE_CHECKING:
+    from bench.soak.run import Soak
+
+logger = logging.getLogger("bench.soak")
+SETTLE_S = 300.0  # bound on each step of the wind-down
+
+
+def _until(soak: Soak, condition: Any, what: str, timeout_s: float = SETTLE_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        soak.run_due()
+        soak.supervise()
+        if condition():
+            return True
+        time.sleep(0.5)
+    logger.error("wind-down: gave up waiting until %s after %.0f s", what, timeout_s)
+    return False
+
+
+def wind_down(soak: Soak) -> dict[str, bool]:
+    """Every fault undone and every member back; the fetchers stopped (nothing new is fetched);
+    the groups that store what was fetched drained; then every member stopped cleanly."""
+    steps = {}
+    soak.run_due(everything=True)
+    steps["faults_undone"] = _until(soak, lambda: all(f.restored_s is not None for f in soak.faults), "faults undone")
+    consumers = [m for m in soak.members.values() if m.name not in ("index-compactor", "query-api")]
+    steps["members_back"] = _until(
+        soak,
+        lambda: all(m.process.running for m in soak.members.values())
+        and groups_assigned([m.process for m in consumers]),
+        "every member is back and each group owns its partitions",
+    )
+    for member in soak.members.values():
+        if member.name == "fetcher":
+            member.held = "stopped at the end"
+            member.process.stop()
+    bus = KafkaBus.from_settings(soak.where.settings)
+    groups = dict(group_of(n) for n in ("bucket-compressor", "parquet-sink", "link-extractor"))
+    probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
+    zero = [0]
+
+    def drained() -> bool:
+        try:
+            zero[0] = zero[0] + 1 if probe.read().total == 0 else 0
+        except Exception as exc:  # an outage reads as "not yet"
+            logger.info("drain: %s", exc)
+            zero[0] = 0
+        return zero[0] >= 3
+
+    try:
+        steps["drained"] = _until(soak, drained, "what was fetched is stored")
+    finally:
+        probe.close()
+        bus.close()
+    soak._stop.set()
+    for member in soak.members.values():
+        member.held = "stopped at the end"
+        member.process.terminate()
+    for member in soak.members.values():
+        member.process.stop()
+    steps["clean_exits"] = all(m.process.returncode == 0 for m in soak.members.values() if m.name != "fetcher")
+    return steps
+
+
+def _listing(settings: Settings, domains: list[str]) -> dict[str, dict[int, list[str]]]:
+    """Every domain's URLs per dataset, as the index the API serves lists them."""
+    reader = IndexReader.from_settings(settings)
+    out: dict[str, dict[int, list[str]]] = {}
+    try:
+        with reader.pin() as idx:
+            for domain in domains:
+                datasets = idx.datasets_for_domain(domain)
+                if not datasets:
+                    continue
+                out[domain] = {}
+                for ds in datasets:
+                    urls, offset = [], 0
+                    while offset is not None:
+                        page = idx.urls(domain, ds.dataset_id, offset, 1000)
+                        if page is None:
+                            break
+                        urls.extend(row[1] for row in page.rows)
+                        offset = page.next_offset
+                    out[domain][ds.dataset_id] = urls
+    finally:
+        reader.close()
+    return out
+
+
+def _build(env: Mapping[str, str], *extra: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "crawlstream", "index", "build", *extra], env=dict(env),
+                          capture_output=True, text=True, timeout=1800, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"index build {' '.join(extra)} failed: {proc.stderr[-2000:]}")
+    start = proc.stdout.find("{")
+    return json.loads(proc.stdout[start:]) if start >= 0 else {}
+
+
+def final_checks(
+    soak: Soak, plan: ChaosPlan, client: ApiClient, members: Mapping[str, int], max_retries: int, min_delay_s: float
+) -> dict[str, Any]:
+    client.stop()
+    steps = wind_down(soak)
+    where, settings = soak.where, soak.where.settings
+    pages = page_requests(where.web.requests())
+    polite = politeness(where.web, pages, min_delay_s)
+    rep = repeats(pages, soak.faults, max_retries)
+    served, unreachable = served_pages(where.web, pages)
+    store = open_store(settings)
+    try:
+        stored = {u for u in served if store.entry(u) is not None}
+        stats, report = store.stats(), store.verify()
+    finally:
+        store.close()
+    _build(where.env)
+    domains = sorted(where.web.model.domains)
+    served_index = _listing(settings, domains)
+    _build(where.env, "--full")
+    rebuilt = _listing(settings, domains)
+    listed = [u for per in rebuilt.values() for urls in per.values() for u in urls]
+    listing = listing_check(listed, served, stored)
+    kinds = plan.counts()
+    injected: dict[str, int] = dict.fromkeys(kinds, 0)
+    for f in soak.faults:
+        injected[f.kind] += 1
+    summary: dict[str, Any] = {
+        "minutes": soak.cfg.minutes,
+        "seed": soak.cfg.seed,
+        "web": {"domains": soak.cfg.domains, "pages_per_domain": soak.cfg.pages_per_domain},
+        "members": dict(members),
+        "faults": {"planned": kinds, "injected": injected, "total": len(soak.faults)},
+        "wind_down": steps,
+        "pages": {"served_200_reachable": len(served), "served_200_unreachable": len(unreachable),
+                  "stored": len(stored), "lost": len(served - stored), "store_urls": stats.urls,
+                  "store_damaged": len(report.problems),
+                  "lost_examples": sorted(served - stored)[:20]},
+        "listing": listing,
+        "index_equals_full_rebuild": served_index == rebuilt,
+        "politeness": polite,
+        "repeats": rep,
+        "client": client.summary(),
+        "restarts": {label: {"restarts": m.restarts, "crashes": len(m.crashes)} for label, m in soak.members.items()},
+        "checks": soak.checks,
+    }
+    summary["ok"] = bool(
+        all(steps.values())
+        and not (served - stored)
+        and not report.problems
+        and listing["duplicated"] == 0
+        and listing["served_not_listed"] == 0
+        and summary["index_equals_full_rebuild"]
+        and polite["violations"] == 0
+        and rep["unexplained"] == 0
+        and client.summary()["bad_walks"] == 0
+    )
+    return summary

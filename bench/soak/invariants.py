@@ -1,0 +1,145 @@
+"""What the soak checks on the whole history: the web's request log against politeness, repeated
+requests against the faults that explain them, lag recovery after each fault, and the stored
+and indexed pages against what the web served.
+
+The pure parts take the request log and the fault log (``time.monotonic()`` seconds, one clock:
+the web runs in the harness process); the stored/indexed parts read the data dir once every
+service has stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+
+ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
+RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")  # the web's always-failing pages
+SLACK_S = 0.005  # clock granularity between the scheduler (ms, wall clock) and the server (monotonic)
+# Faults after which a request may legitimately be sent again: the work a member held, or a
+# message whose commit a broker or Redis fault lost, is redone (at-least-once delivery).
+REPLAYING = ("member-kill", "zombie", "broker-kill", "two-brokers", "redis-kill")
+REPLAY_WINDOW_S = 60.0  # a request up to this long before a replaying fault may be replayed
+
+
+@dataclass
+class FaultRecord:
+    """One injected fault as it happened (monotonic seconds; ``restored_s`` when undone)."""
+
+    t_s: float
+    kind: str
+    target: str
+    detail: str = ""
+    restored_s: float | None = None
+
+
+def page_requests(log: Iterable[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in log if r.path not in ROBOTS_PATHS]
+
+
+def politeness(web: DemoWeb, pages: Sequence[RequestRecord], min_delay_s: float) -> dict[str, Any]:
+    """Robots-disallowed requests, and gaps between requests to one registered domain shorter
+    than the delay or the domain's Crawl-delay (each listed, first 20)."""
+    model = web.model
+    disallowed = [r.url for r in pages if any(r.path.startswith(p) for p in web.disallowed_paths(r.host))]
+    by_domain: dict[int, list[float]] = defaultdict(list)
+    for r in pages:
+        index = model.domain_index(r.host)
+        if index is not None:
+            by_domain[index].append(r.time_s)
+    close: list[str] = []
+    gaps_checked = 0
+    for index, times in by_domain.items():
+        hosts = [h for h in model.hosts if model.domain_index(h) == index]
+        required = max(min_delay_s, *(model.crawl_delay_s_for(h) or 0.0 for h in hosts))
+        for a, b in itertools.pairwise(sorted(times)):
+            gaps_checked += 1
+            if b - a < required - SLACK_S:
+                close.append(f"{model.domains[index]}: {b - a:.3f}s < {required:.3f}s at t={b:.1f}")
+    return {
+        "requests": len(pages),
+        "gaps_checked": gaps_checked,
+        "disallowed_requests": len(disallowed),
+        "spacing_violations": len(close),
+        "violations": len(disallowed) + len(close),
+        "examples": (disallowed + close)[:20],
+    }
+
+
+def repeats(pages: Sequence[RequestRecord], faults: Sequence[FaultRecord], max_retries: int) -> dict[str, Any]:
+    """Requests beyond each URL's allowance (one, or ``1 + max_retries`` for the web's always
+    failing pages); each is "explained" when a replaying fault struck between shortly before
+    the URL's previous request and this one."""
+    by_url: dict[str, list[float]] = defaultdict(list)
+    for r in pages:
+        by_url[r.url].append(r.time_s)
+    replaying = sorted(f.t_s for f in faults if f.kind in REPLAYING)
+    explained, unexplained = 0, []
+    for url, times in by_url.items():
+        allowed = 1 + max_retries if url.endswith(RETRYABLE) else 1
+        times.sort()
+        for prev, t in zip(times[allowed - 1 :], times[allowed:], strict=False):
+            if any(prev - REPLAY_WINDOW_S <= f <= t for f in replaying):
+                explained += 1
+            else:
+                unexplained.append(f"{url} at t={t:.1f} (previous t={prev:.1f})")
+    return {
+        "urls": len(by_url),
+        "beyond_allowance": explained + len(unexplained),
+        "explained_by_faults": explained,
+        "unexplained": len(unexplained),
+        "examples": unexplained[:20],
+    }
+
+
+def lag_recovery(
+    faults: Sequence[FaultRecord], lag: Sequence[tuple[float, int | None]], floor: int = 500
+) -> dict[str, Any]:
+    """Seconds from each fault's end (its restore; the fault itself for kills restored at once)
+    until the total consumer lag is back near its level before the fault: at most ``floor`` or
+    1.5x the median of the two minutes before it. A fault whose lag has not come back by the
+    next sample after the run is reported as not recovered."""
+    per_fault = []
+    for f in faults:
+        end = f.restored_s if f.restored_s is not None else f.t_s
+        before = [v for t, v in lag if f.t_s - 120 <= t < f.t_s and v is not None]
+        bound = max(floor, int(1.5 * statistics.median(before))) if before else floor
+        after = [(t, v) for t, v in lag if t >= end and v is not None]
+        back = next((t for t, v in after if v <= bound), None)
+        per_fault.append({"kind": f.kind, "target": f.target, "bound": bound,
+                          "recovered_s": None if back is None else round(back - end, 1)})
+    times = [p["recovered_s"] for p in per_fault if p["recovered_s"] is not None]
+    return {
+        "faults": per_fault,
+        "recovered": len(times),
+        "not_recovered": len(per_fault) - len(times),
+        "p50_s": round(statistics.median(times), 1) if times else None,
+        "max_s": max(times) if times else None,
+    }
+
+
+def served_pages(web: DemoWeb, pages: Sequence[RequestRecord]) -> tuple[set[str], set[str]]:
+    """(reachable pages the web answered 200, pages it answered 200 that are not reachable)."""
+    ok = {r.url for r in pages if r.status == 200}
+    reachable = web.reachable_pages()
+    return ok & reachable, ok - reachable
+
+
+def listing_check(listed: Sequence[str], served: set[str], stored: set[str]) -> dict[str, Any]:
+    """What the index lists against what was served and stored: each served page once."""
+    counts = Counter(listed)
+    duplicated = sorted(u for u, n in counts.items() if n > 1)
+    unlisted = sorted(served - set(counts))
+    return {
+        "listed": len(listed),
+        "listed_distinct": len(counts),
+        "duplicated": len(duplicated),
+        "served_not_listed": len(unlisted),
+        "stored_not_listed": len(stored - set(counts)),
+        "examples": (duplicated + unlisted)[:20],
+    }
