@@ -58,9 +58,11 @@ def _zombie(soak: Soak, p: PlannedFault) -> None:
 
 def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = "") -> None:
     node = int(target.removeprefix("broker-"))
-    if soak.where.kafka.pid_of(node) is None:
-        return  # already down (an earlier fault's): nothing to do
-    soak.where.kafka.kill(node, signal.SIGKILL)
+    kafka = soak.where.kafka
+    down = [n for n in kafka.node_ids if kafka.pid_of(n) is None]
+    if node in down or len(down) >= 2:
+        return  # already down, or the cluster would be: an outage is another test's fault
+    kafka.kill(node, signal.SIGKILL)
     fault = soak.record(kind, target, detail or f"restart in {restore_s:.0f} s")
 
     def back() -> None:  # on a thread: a restart waits until the node answers (seconds)
@@ -102,7 +104,8 @@ def _redis_kill(soak: Soak, p: PlannedFault) -> None:
 
 def _api_kill(soak: Soak, p: PlannedFault) -> None:
     """SIGKILL the API with a request of the client in flight (polls up to 10 s for one)."""
-    _when(soak, p, soak.client.in_flight, 10.0, "query-api-0", ("mid-request", "no request in flight"))
+    in_flight = soak.client.in_flight if soak.client else (lambda: False)
+    _when(soak, p, in_flight, 10.0, "query-api-0", ("mid-request", "no request in flight"))
 
 
 def _build_kill(soak: Soak, p: PlannedFault) -> None:
@@ -133,7 +136,7 @@ def _when(
 
 def _disk_floor(soak: Soak, p: PlannedFault) -> None:
     """A ballast file (fallocate: no data written) takes free space below the services' floor."""
-    floor = getattr(soak, "floor_mb", 0) << 20
+    floor = soak.floor_mb << 20
     free = shutil.disk_usage(soak.cfg.root).free
     size = max(0, free - floor) + (256 << 20)
     fd = os.open(soak.ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -97,7 +97,8 @@ def _listing(settings: Settings, domains: list[str]) -> dict[str, dict[int, list
                     continue
                 out[domain] = {}
                 for ds in datasets:
-                    urls, offset = [], 0
+                    urls: list[str] = []
+                    offset: int | None = 0
                     while offset is not None:
                         page = idx.urls(domain, ds.dataset_id, offset, 1000)
                         if page is None:

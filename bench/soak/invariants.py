@@ -104,7 +104,7 @@ def lag_recovery(
     until the total consumer lag is back near its level before the fault: at most ``floor`` or
     1.5x the median of the two minutes before it. A fault whose lag has not come back by the
     next sample after the run is reported as not recovered."""
-    per_fault = []
+    per_fault: list[dict[str, Any]] = []
     for f in faults:
         end = f.restored_s if f.restored_s is not None else f.t_s
         before = [v for t, v in lag if f.t_s - 120 <= t < f.t_s and v is not None]
@@ -113,7 +113,7 @@ def lag_recovery(
         back = next((t for t, v in after if v <= bound), None)
         per_fault.append({"kind": f.kind, "target": f.target, "bound": bound,
                           "recovered_s": None if back is None else round(back - end, 1)})
-    times = [p["recovered_s"] for p in per_fault if p["recovered_s"] is not None]
+    times: list[float] = [p["recovered_s"] for p in per_fault if p["recovered_s"] is not None]
     return {
         "faults": per_fault,
         "recovered": len(times),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import heapq
 import json
 import logging
@@ -144,6 +145,9 @@ class Soak:
         self._stop = threading.Event()
         self._fault_log = (cfg.root / "faults.jsonl").open("a", encoding="utf-8")
         self.t0 = time.monotonic()
+        self.floor_mb = 0  # the services' free-space floor (the disk-floor fault goes below it)
+        self.client: ApiClient | None = None
+        self.sampler_thread: threading.Thread | None = None
 
     # -- members ------------------------------------------------------------------------
 
@@ -278,13 +282,14 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     api_port = free_port()
     with deploy(cfg.root, web, crawl_vars(cfg, api_port, floor_mb), brokers=3) as where:
         soak = Soak(cfg, where)
-        soak.floor_mb = floor_mb  # type: ignore[attr-defined]
+        soak.floor_mb = floor_mb
         bus = KafkaBus.from_settings(where.settings)
         groups = dict(group_of(n) for n in MEMBERS if n not in ("index-compactor", "query-api"))
         probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
         sampler = ResourceSampler(soak.pids, {"data": cfg.root / "data", "kafka": cfg.root / "kafka",
                                               "redis": cfg.root / "redis"}, cfg.root / "resources.jsonl")
-        client = ApiClient(api_port, [d for d in web.model.domains], random.Random(cfg.seed))
+        client = ApiClient(api_port, list(web.model.domains), random.Random(cfg.seed))
+        soak.client = client
         try:
             soak.start_members()
             consumers = [m.process for m in soak.members.values() if m.name not in ("index-compactor", "query-api")]
@@ -297,14 +302,17 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
             plan = ChaosPlan(cfg.seed, cfg.duration_s, [m for m in soak.members if not m.startswith("query-api")],
                              where.kafka.node_ids, cfg.interval_s, quiet_tail_s=min(120.0, cfg.duration_s / 6))
             for planned in plan.faults:
-                soak.at(soak.t0 + planned.at_s, planned.kind, lambda p=planned: soak.inject(p))
+                soak.at(soak.t0 + planned.at_s, planned.kind, functools.partial(soak.inject, planned))
             client.start()
             _main_loop(soak, sampler, probe, bus)
             summary = final_checks(soak, plan, client, MEMBERS, MAX_RETRIES, MIN_DELAY_S)
         finally:
             client.stop()
+            soak._stop.set()
             for member in soak.members.values():
                 member.process.stop()
+            if soak.sampler_thread is not None:
+                soak.sampler_thread.join(timeout=60)
             probe.close()
             bus.close()
             soak.close()
@@ -328,22 +336,33 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
 
 
 def _main_loop(soak: Soak, sampler: Any, probe: LagProbe, bus: KafkaBus) -> None:
-    """Run the plan until the end: due faults and restores, the supervisor, samples, checks."""
-    end = soak.t0 + soak.cfg.duration_s
-    next_sample = next_check = soak.t0
-    while time.monotonic() < end:
-        soak.run_due()
-        soak.supervise()
-        now = time.monotonic()
-        if now >= next_sample:
+    """Run the plan until the end: due faults and restores, the supervisor, the periodic check;
+    samples on their own thread, so a fault that blocks (a broker restart) leaves no gap."""
+
+    def sample() -> None:
+        while not soak._stop.wait(SAMPLE_S):
+            now = time.monotonic()
             soak.sample_bus(probe, bus)
-            sampler.sample(now - soak.t0, soak.stored[-1][1] if soak.stored else 0)
-            next_sample = now + SAMPLE_S
+            try:
+                sampler.sample(now - soak.t0, soak.stored[-1][1] if soak.stored else 0)
+            except Exception:
+                logger.exception("resource sample failed")
             _progress(soak, now)
-        if now >= next_check + soak.cfg.check_every_s:
-            soak.check_now()
-            next_check = now
-        time.sleep(0.2)
+
+    thread = threading.Thread(target=sample, name="soak-sampler", daemon=True)
+    thread.start()
+    end = soak.t0 + soak.cfg.duration_s
+    next_check = soak.t0 + soak.cfg.check_every_s
+    try:
+        while time.monotonic() < end:
+            soak.run_due()
+            soak.supervise()
+            if time.monotonic() >= next_check:
+                soak.check_now()
+                next_check += soak.cfg.check_every_s
+            time.sleep(0.2)
+    finally:
+        soak.sampler_thread = thread
 
 
 def _progress(soak: Soak, now: float) -> None:
