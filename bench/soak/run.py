@@ -109,7 +109,7 @@ def crawl_vars(cfg: SoakConfig, api_port: int, floor_mb: int) -> dict[str, str]:
         "CRAWLSTREAM_INDEX_GC_GRACE_S": "60",
         "CRAWLSTREAM_API_PORT": str(api_port),
         "CRAWLSTREAM_METRICS_PORT": "0",
-        "CRAWLSTREAM_DISK_MIN_FREE_MB": str(floor_mb),
+        "CRAWLSTREAM_DATA_DIR_MIN_FREE_MB": str(floor_mb),
     }
 
 
@@ -272,7 +272,7 @@ def _free_mb(path: Path) -> int:
 
 def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     """The whole soak; returns the summary (also written to ``summary.json``)."""
-    from bench.soak.plot import plot
+    from bench.soak.plot import Fault, plot
     from bench.soak.resources import ResourceSampler, flatness
 
     cfg.root.mkdir(parents=True, exist_ok=True)
@@ -319,15 +319,14 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
             with contextlib.suppress(FileNotFoundError):
                 soak.ballast.unlink()
     t0 = soak.t0
-    summary["resources"] = flatness(sampler.samples, pages_key="pages_stored")
+    summary["resources"] = flatness(sampler.samples)
     summary["lag_recovery"] = lag_recovery(soak.faults, soak.lag)
-    plot_path = cfg.root / "soak.png"
-    plot(
-        [(t - t0, n) for t, n in soak.stored],
-        {g: [(t - t0, lag[g]) for t, lag in soak.lag_by_group if g in lag] for g in groups.values()},
+    plot_path = plot(
         sampler.samples,
-        [(f.t_s - t0, f.kind, f.target) for f in soak.faults],
-        plot_path,
+        [Fault(f.t_s - t0, f.kind, f.target, f.detail) for f in soak.faults],
+        cfg.root / "soak.png",
+        lag={g: [(t - t0, lag[g]) for t, lag in soak.lag_by_group if g in lag] for g in groups},
+        title=f"crawlstream soak: {cfg.minutes:g} min, seed {cfg.seed}, {len(soak.faults)} faults",
     )
     summary["plot"] = str(plot_path)
     summary["ok"] = bool(summary["ok"] and summary["resources"].get("ok", False))
