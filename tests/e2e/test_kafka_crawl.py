@@ -56,7 +56,8 @@ from crawlstream.settings import Settings
 from crawlstream.topics import ALL_TOPICS, CONTENT_STORED, FETCH_REQUESTS, FETCH_RESULTS, URLS_DISCOVERED, URLS_FRONTIER
 from crawlstream.urls import partition_for
 
-pytestmark = pytest.mark.kafka
+# A loaded machine stretches start-up and the crawl: bounds of their own above the default 300 s.
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ from kafka_support import (
 
 from crawlstream.topics import ALL_TOPICS
 
-pytestmark = pytest.mark.kafka
+# A loaded machine stretches start-up and the crawl: bounds of their own above the default 300 s.
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
 def leader_of_most_partitions(bootstrap_servers: str) -> int:
