@@ -64,7 +64,7 @@ def wind_down(soak: Soak) -> dict[str, bool]:
 
     def drained() -> bool:
         try:
-            zero[0] = zero[0] + 1 if probe.read().total == 0 else 0
+            zero[0] = zero[0] + 1 if probe.read().lag == 0 else 0
         except Exception as exc:  # an outage reads as "not yet"
             logger.info("drain: %s", exc)
             zero[0] = 0

@@ -248,8 +248,8 @@ class Soak:
             logger.debug("lag sample: %s", exc)
             self.lag.append((now, None))
             return
-        self.lag.append((now, lag.total))
-        self.lag_by_group.append((now, dict(lag.by_group)))
+        self.lag.append((now, lag.lag))
+        self.lag_by_group.append((now, dict(lag.lag_by_group)))
         self.stored.append((now, stored))
 
     def check_now(self) -> None:
