@@ -8,6 +8,7 @@ killed by the last is still down. Only processes the soak started are signalled,
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from bench.soak.chaos import PlannedFault
 if TYPE_CHECKING:
     from bench.soak.run import Soak
 
+logger = logging.getLogger("bench.soak")
 BUILD_WAIT_S = 90.0  # how long a build-kill waits for a build in progress before it strikes anyway
 
 
@@ -67,7 +69,16 @@ def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = 
 
     def back() -> None:  # on a thread: a restart waits until the node answers (seconds)
         def restart() -> None:
-            soak.where.kafka.restart(node)
+            # ``restart`` waits for every running node: one killed meanwhile by another fault
+            # fails that wait, though this node is up; retry only while this one is not.
+            for _ in range(10):
+                try:
+                    kafka.restart(node)
+                except Exception as exc:
+                    logger.warning("restart of %s: %s", target, exc)
+                if kafka.pid_of(node) is not None:
+                    break
+                time.sleep(5)
             soak.restored(fault)
 
         threading.Thread(target=restart, name=f"restart-{target}", daemon=True).start()
