@@ -152,11 +152,14 @@ def generate(out: Path, n_urls: int, *, seed: int = 27, datasets: int = 4,
     ``file_rows`` lines each (the splits Spark reads in parallel). Files already there from the
     same arguments are kept (generation is deterministic)."""
     out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
     n_domains = candidate_domains(n_urls)
-    universe = _Universe(rng, n_domains)
     per = n_urls // datasets
     n_files = max(min_files, -(-per // file_rows))
+    every = {ds: [out / f"ds{ds:02d}-{part:04d}.txt.zst" for part in range(n_files)] for ds in range(1, datasets + 1)}
+    if all(path.exists() for paths in every.values() for path in paths):
+        return Generated(every, per * datasets, n_domains)  # all kept: no need to draw the stream again
+    rng = np.random.default_rng(seed)
+    universe = _Universe(rng, n_domains)
     files: dict[int, list[Path]] = {}
     cctx = zstandard.ZstdCompressor(level=3, threads=2)
     for ds in range(1, datasets + 1):
