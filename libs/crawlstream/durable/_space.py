@@ -62,18 +62,25 @@ class DiskFloor:
     def free_bytes(self) -> int:
         """Bytes an unprivileged writer may still use on ``path``'s file system (read now)."""
         probe = self.path
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        st = os.statvfs(probe)
-        return st.f_bavail * st.f_frsize
+        while True:
+            try:
+                st = os.statvfs(probe)
+            except FileNotFoundError:
+                if probe == probe.parent:
+                    raise
+                probe = probe.parent
+                continue
+            return st.f_bavail * st.f_frsize
 
     def free(self) -> int:
         """The free bytes as of at most ``interval_s`` ago (what ``below`` judges)."""
         now = self._clock()
+        if now - self._checked_at < self._interval_s:  # the hot path: no lock, no system call
+            return self._free
         with self._lock:
             if now - self._checked_at >= self._interval_s:
                 self._free = self.free_bytes()
-                self._checked_at = now
+                self._checked_at = now  # after the reading: a racing reader sees an old one at worst
             return self._free
 
     def below(self) -> bool:
