@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from crawlstream import topics
 from crawlstream.bus import Bus, Message, TopicPartition
+from crawlstream.bus._kafka import KafkaBus
+from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.durable import MIB, DiskFloor
 from crawlstream.events import DiscoveredUrl, EventCodec, EventProducer
 from crawlstream.runtime import EventHandler, ServiceLoop
@@ -34,6 +37,9 @@ class FileSink(EventHandler):
         self.out = out
         self.pending: list[int] = []
         self.end_batches = 0
+        self.assigned: list[TopicPartition] = []
+        self.revoked: list[TopicPartition] = []
+        self.lost: list[TopicPartition] = []
 
     def handle(self, event: Any, message: Message) -> None:
         self.pending.append(event.url_key)
@@ -45,26 +51,35 @@ class FileSink(EventHandler):
             (self.out / f"batch-{self.end_batches:05d}.txt").write_text("\n".join(map(str, self.pending)))
             self.pending.clear()
 
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned.extend(partitions)
+
+    def on_revoke(self, partitions: list[TopicPartition]) -> None:
+        self.revoked.extend(partitions)
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        self.lost.extend(partitions)
+
     def written(self) -> list[int]:
         files = sorted(self.out.glob("batch-*.txt")) if self.out.exists() else []
         return [int(line) for f in files for line in f.read_text().split()]
 
 
-def _send(bus: Bus, codec: EventCodec, n: int) -> None:
+def _send(bus: Bus, codec: EventCodec, n: int, topic: str = SOURCE) -> None:
     producer = bus.producer()
     sender = EventProducer(producer, codec)
     for i in range(n):
         domain = f"site{i % 7}.example.com"
-        sender.send(SOURCE, DiscoveredUrl(url=f"https://{domain}/{i}", domain=domain, url_key=i, depth=0,
+        sender.send(topic, DiscoveredUrl(url=f"https://{domain}/{i}", domain=domain, url_key=i, depth=0,
                                           discovered_at_ms=1_700_000_000_000, source="seed"))
     sender.flush()
     producer.close()
 
 
-def _committed(bus: Bus) -> dict[int, int | None]:
-    consumer = bus.consumer("svc")
+def _committed(bus: Bus, topic: str = SOURCE, group: str = "svc") -> dict[int, int | None]:
+    consumer = bus.consumer(group)
     try:
-        found = consumer.committed([TopicPartition(SOURCE, p) for p in range(PARTITIONS)])
+        found = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)])
         return {tp.partition: offset for tp, offset in found.items()}
     finally:
         consumer.close()
@@ -150,3 +165,52 @@ def test_a_pause_commits_what_was_finished_and_never_past_it(bus: Bus, codec: Ev
         loop.run_once()
     loop.close()
     assert sorted(sink.written()) == list(range(COUNT))
+
+
+@pytest.mark.kafka
+def test_on_kafka_a_pause_longer_than_max_poll_interval_keeps_the_partitions(
+    kafka_cluster: Any, codec: EventCodec, tmp_path: Path
+) -> None:
+    """librdkafka drops a member that has not polled for ``max.poll.interval.ms``: the paused loop's
+    probe poll (one message, sought straight back) keeps it, and consumes nothing for the handler."""
+    kafka = KafkaBus(
+        kafka_cluster.bootstrap_servers, linger_ms=1, policy=TopicPolicy(partitions=PARTITIONS),
+        extra_config={"consumer.session.timeout.ms": "6000", "consumer.max.poll.interval.ms": "6000"},
+    )
+    topic, group = f"disk-floor-{uuid.uuid4().hex[:8]}", f"disk-floor-{uuid.uuid4().hex[:8]}"
+    data = tmp_path / "data"
+    data.mkdir()
+    ballast = Ballast(data)
+    sink = FileSink(data / "out")
+    try:
+        kafka.create_topics([topic], PARTITIONS)
+        _send(kafka, codec, COUNT, topic)
+        loop = ServiceLoop(
+            service="test", consumer=kafka.consumer(group), topics=[topic], codec=codec, handler=sink,
+            dlq_producer=kafka.producer(), batch_size=25, poll_timeout_s=0.2,
+            disk_floor=DiskFloor(data, floor_mib(data) * MIB),
+        )
+        ballast.lay()
+        try:
+            deadline = time.monotonic() + 30
+            while len(sink.assigned) < PARTITIONS:  # joined the group, paused
+                assert time.monotonic() < deadline, "no assignment"
+                assert loop.run_once() == 0
+            paused_until = time.monotonic() + 9.0  # 1.5 x max.poll.interval.ms
+            while time.monotonic() < paused_until:
+                assert loop.run_once() == 0
+            assert sink.written() == [] and sink.end_batches == 0
+            assert sink.revoked == [] and sink.lost == [], "the member kept its partitions"
+            assert set(_committed(kafka, topic, group).values()) == {None}
+        finally:
+            ballast.lift()
+        deadline = time.monotonic() + 30
+        while len(sink.written()) < COUNT:
+            assert time.monotonic() < deadline, "the loop did not resume"
+            loop.run_once()
+        loop.close()
+        assert sorted(sink.written()) == list(range(COUNT))
+        assert len(sink.assigned) == PARTITIONS and sink.lost == []
+        assert sum(v or 0 for v in _committed(kafka, topic, group).values()) == COUNT
+    finally:
+        kafka.close()
