@@ -16,13 +16,6 @@ Modelled on confluent-kafka's ``examples/cooperative_consumer.py``. One iteratio
 
 The order is the at-least-once guarantee: moving 5 before 2-4 loses messages on a crash;
 committing later only replays more.
-
-Disk floor (ADR 033): a loop given a ``DiskFloor`` (the services that write under the data
-dir) checks it before step 1. Below the floor an iteration consumes nothing for the handler
-and calls no ``end_batch``: what is not consumed stays in the topics, and the commit never
-moves past what earlier batches finished. It still commits those, beats, samples, and polls
-once (one message, sought straight back) so the group keeps the member and rebalances go on;
-then it waits out the poll timeout. It resumes by itself once the space is back.
 A handler that finishes messages later (the fetcher: a slow page must not hold back the
 results of fast ones) reports them in ``unfinished`` until their output was sent in some
 ``end_batch``; their offsets are committed by a later iteration. On a clean revoke, and
@@ -30,6 +23,13 @@ when ``run`` stops, the loop waits for them first.
 Anything that is not bad data (TransientError, bugs) propagates out of ``run``: nothing of
 the batch is committed, the process exits non-zero, and the batch replays on restart.
 Signals belong to the entry point: it calls ``stop()`` from its handler.
+
+Disk floor (ADR 033): a loop given a ``DiskFloor`` (the services that write under the data
+dir) checks it before step 1. Below the floor an iteration consumes nothing for the handler
+and calls no ``end_batch``: what is not consumed stays in the topics, and the commit never
+moves past what earlier batches finished. It still commits those, beats, samples, and polls
+once (one message, sought straight back) so the group keeps the member and rebalances go on;
+then it waits out the poll timeout. It resumes by itself once the space is back.
 """
 
 from __future__ import annotations
