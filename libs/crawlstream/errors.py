@@ -19,6 +19,7 @@ __all__ = [
     "ChecksumMismatch",
     "ConfigError",
     "CrawlstreamError",
+    "DiskBelowFloor",
     "EventDecodeError",
     "InvalidDomain",
     "InvalidUrl",
@@ -48,6 +49,11 @@ class RedisUnavailable(TransientError):
 
 class StorageUnavailable(TransientError):
     """A file system or object store operation failed for reasons outside the data."""
+
+
+class DiskBelowFloor(StorageUnavailable):
+    """The data disk has less free space than its floor (``CRAWLSTREAM_DATA_DIR_MIN_FREE_MB``):
+    a write that could fail half-way on a full disk is refused before it starts (ADR 033)."""
 
 
 class ShardNotOwned(CrawlstreamError):

@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace, settings: Settings) -> int:
     builder = IndexBuilder.from_settings(settings)
     action = args.index_action
+    if action in ("build", "compact"):  # a whole version is written before the flip: refuse up front
+        from crawlstream.index.service import check_disk_floor
+
+        check_disk_floor(settings, builder, f"crawlstream index {action}")
     if action == "build":
         out = builder.build(full=args.full).to_json()
     elif action == "compact":

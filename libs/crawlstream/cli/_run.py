@@ -265,6 +265,7 @@ def _stats_service(host: Host) -> tuple[StatsHandler, LoopService]:
         poll_timeout_s=settings.bus.poll_timeout_s,
         commit_interval_s=settings.bus.commit_interval_s,
         registry=host.registry,
+        disk_floor=host.disk_floor,  # stats.json is under the data dir (ADR 033)
     )
     return stats_handler, LoopService(stats_loop, stats_handler, on_close=stats_handler.save)
 

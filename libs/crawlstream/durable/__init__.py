@@ -1,4 +1,5 @@
-"""Durability primitives, written once: atomic file publication, record framing, locks.
+"""Durability primitives, written once: atomic file publication, record framing, locks, a
+free-space floor.
 
 * ``write_atomically`` / ``atomic_file`` / ``replacing`` (``_atomic``): the one temp + fsync +
   rename (+ directory fsync) behind every file a writer publishes whole: the content store's
@@ -12,6 +13,8 @@
 * ``try_lock_exclusive`` (``_locks``): a flock that dies with its holder (the sink's staging
   directories, index version pins, ``crawlstream migrate``).
 * ``fsync_dir``: make a new name in a directory durable (for append-only files).
+* ``DiskFloor`` (``_space``): the free-space floor under which writers pause (the service
+  loops, the index compactor) or refuse (``crawlstream index build``), ADR 033.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from __future__ import annotations
 from crawlstream.durable._atomic import atomic_file, fsync_dir, replacing, write_atomically
 from crawlstream.durable._frames import FRAME_HEADER_SIZE, ByteOrder, Frame, encode_frame, iter_frames
 from crawlstream.durable._locks import try_lock_exclusive
+from crawlstream.durable._space import MIB, DiskFloor
 
 __all__ = [
     "FRAME_HEADER_SIZE",
+    "MIB",
     "ByteOrder",
+    "DiskFloor",
     "Frame",
     "atomic_file",
     "encode_frame",

@@ -346,6 +346,7 @@ def build(host: Host, *, resolve_map: dict[str, tuple[str, int]] | None = None) 
         producers=[out],
         batch_size=settings.fetch.concurrency,
         poll_timeout_s=min(settings.bus.poll_timeout_s, 0.2),
+        writes_data_dir=False,  # its only output is the bus (paused all the same on the embedded log)
     )
     return LoopService(loop, handler, on_close=handler.close)
 

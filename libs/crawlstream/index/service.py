@@ -24,6 +24,11 @@ it lasts ``index.lease_ttl_s``. A standby takes over an expired lease. A paused 
 expired cannot publish a stale version: its build's flip is a compare-and-swap on the manifest,
 which fails once the new holder flipped (ADR 029).
 
+Disk floor (ADR 033): while the local disk of the index has less free space than
+``data_dir_min_free_mb``, a tick builds nothing (a build writes a whole version, and its spill,
+before it can flip): it is logged once, counted (``crawlstream_index_builds_skipped_disk_floor``)
+and tried again at the next tick. ``crawlstream index build`` refuses instead (``check_disk_floor``).
+
 A storage error is logged and retried at the next tick; anything else propagates. Standalone,
 ``settings.heartbeat_file`` is touched before and after each tick, and each standby poll (its
 age is at most one interval or one build, whichever is longer: the liveness probe allows both).
@@ -43,7 +48,7 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from crawlstream.durable import try_lock_exclusive
+from crawlstream.durable import DiskFloor, try_lock_exclusive
 from crawlstream.errors import TransientError
 from crawlstream.index import BuildResult, IndexBuilder, read_manifest
 from crawlstream.index._builder import builder_id
@@ -57,6 +62,20 @@ logger = logging.getLogger(__name__)
 
 ACTIVE_LOCK = ".compactor.lock"  # under index/: held by the active compactor (local disk)
 LEASE_REL = "index/.compactor.lease"  # on S3: the active compactor's lease object
+
+
+def index_disk_floor(settings: Settings, builder: IndexBuilder) -> DiskFloor | None:
+    """The free-space floor of the index's disk (None: disabled, or the index is on S3)."""
+    if not builder.index_store.is_local:
+        return None
+    return DiskFloor.mib(builder.index_store.local_path(""), settings.data_dir_min_free_mb)
+
+
+def check_disk_floor(settings: Settings, builder: IndexBuilder, what: str) -> None:
+    """Raise ``DiskBelowFloor`` (exit 1, a clear message) before a manual build writes anything."""
+    floor = index_disk_floor(settings, builder)
+    if floor is not None:
+        floor.check(what)
 
 
 @dataclass(frozen=True)
@@ -123,8 +142,11 @@ class IndexCompactor:
         metrics: IndexMetrics | None = None,
         standby_poll_s: float = 1.0,
         lease_ttl_s: float = 30.0,
+        disk_floor: DiskFloor | None = None,
     ) -> None:
         self._builder = builder
+        self._disk_floor = disk_floor
+        self._skipping = False  # the last tick was skipped below the disk floor
         # S3: a lease object instead of the flock (None locally)
         self._s3_lease = None if builder.index_store.is_local else Lease(builder.index_store, lease_ttl_s)
         self._leased = False
@@ -137,6 +159,7 @@ class IndexCompactor:
         self._lease: int | None = None  # the fd holding the active lock, while active
         self.ticks = 0
         self.versions_flipped = 0
+        self.skipped_below_floor = 0
 
     def run_once(self) -> TickResult:
         # 1. incremental build
@@ -202,7 +225,8 @@ class IndexCompactor:
                 self._stop.wait(self._standby_poll_s)
                 continue
             try:
-                self.run_once()
+                if not self._below_floor():
+                    self.run_once()
             except TransientError as exc:  # S3 down, or (S3) another builder flipped first
                 if self._metrics is not None:
                     self._metrics.build_failures.inc()
@@ -210,6 +234,22 @@ class IndexCompactor:
             self._heartbeat()
             self._wait_interval()
         logger.info("index-compactor: stopped")
+
+    def _below_floor(self) -> bool:
+        """True (the tick is skipped, logged when it starts, counted) while the disk is below the floor."""
+        floor = self._disk_floor
+        below = floor is not None and floor.below()
+        if below and floor is not None:
+            self.skipped_below_floor += 1
+            if self._metrics is not None:
+                self._metrics.skipped_disk_floor.inc()
+            if not self._skipping:
+                logger.warning("index-compactor: skipping builds until the disk is back above its floor: %s",
+                               floor.describe())
+        elif self._skipping and floor is not None:
+            logger.info("index-compactor: building again, the disk is above its floor: %s", floor.describe())
+        self._skipping = below
+        return below
 
     def _activate_or_stand_by(self) -> bool:
         try:
@@ -257,8 +297,9 @@ def from_settings(
     registry: CollectorRegistry = REGISTRY,
 ) -> IndexCompactor:
     """``registry``: where its metrics go (the process's, which ``crawlstream service`` serves)."""
+    builder = IndexBuilder.from_settings(settings)
     return IndexCompactor(
-        IndexBuilder.from_settings(settings),
+        builder,
         interval_s=settings.index.build_interval_s,
         compact_min_files=settings.index.compact_min_files,
         standby_poll_s=settings.index.standby_poll_s,
@@ -266,6 +307,7 @@ def from_settings(
         stop_event=stop_event,
         heartbeat=heartbeat,
         metrics=per_registry(IndexMetrics, registry),
+        disk_floor=index_disk_floor(settings, builder),
     )
 
 

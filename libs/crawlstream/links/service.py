@@ -198,7 +198,8 @@ def build(host: Host, *, allowed_domains: frozenset[str] | None = None) -> LoopS
         sitemap_max_bytes=crawl.sitemap_max_bytes,
         sitemap_max_urls=crawl.sitemap_max_urls,
     )
-    loop = host.service_loop("link-extractor", GROUP, TOPICS, handler, producers=[out])
+    # Its only output is the bus: the disk floor pauses it only on the embedded log (ADR 033).
+    loop = host.service_loop("link-extractor", GROUP, TOPICS, handler, producers=[out], writes_data_dir=False)
     return LoopService(loop, handler)
 
 

@@ -49,6 +49,11 @@ class IndexMetrics:
             "1 while this index compactor is the active one (it builds), 0 while it stands by",
             registry=registry,
         )
+        self.skipped_disk_floor = Counter(
+            "crawlstream_index_builds_skipped_disk_floor",
+            "Index compactor ticks that built nothing because the index's disk was below data_dir_min_free_mb",
+            registry=registry,
+        )
         self.gc_removed_versions = Counter(
             "crawlstream_index_gc_removed_versions", "Old index versions removed by gc", registry=registry
         )

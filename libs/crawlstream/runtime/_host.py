@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from crawlstream.bus import Bus, Consumer, Producer, TopicPartition
 from crawlstream.bus._factory import open_bus
+from crawlstream.durable import DiskFloor
 from crawlstream.errors import TransientError
 from crawlstream.events import EventCodec, EventProducer
 from crawlstream.metrics import metrics_port, serve_metrics
@@ -61,6 +62,7 @@ class Host:
     _redis_factory: Callable[[], RedisHandle]
     heartbeat: Heartbeat = field(default_factory=lambda: Heartbeat(None))
     _redis: RedisHandle | None = None
+    _disk_floor: DiskFloor | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -71,6 +73,15 @@ class Host:
             if self._redis is None:
                 self._redis = self._redis_factory()
             return self._redis.client
+
+    @property
+    def disk_floor(self) -> DiskFloor | None:
+        """The data dir's free-space floor (``data_dir_min_free_mb``; None when 0), one per host so
+        its loops share one cached reading."""
+        with self._lock:
+            if self._disk_floor is None:
+                self._disk_floor = DiskFloor.mib(self.settings.data_dir, self.settings.data_dir_min_free_mb)
+            return self._disk_floor
 
     def service_loop(
         self,
@@ -84,6 +95,7 @@ class Host:
         poll_timeout_s: float | None = None,
         consumer: Consumer | None = None,
         samplers: Sequence[Callable[[list[TopicPartition]], None]] = (),
+        writes_data_dir: bool = True,
     ) -> ServiceLoop:
         """A loop of consumer group ``group`` on this host's bus, codec, metrics and stop signal.
 
@@ -92,8 +104,12 @@ class Host:
         ``bus.commit_interval_s`` (handlers make their batch durable in ``end_batch`` or
         ``before_commit``, so a later commit only widens what a crash replays). The loop samples
         its lag, and calls ``samplers`` with the partitions it owns, every ``metrics.lag_interval_s``.
+        The loop pauses below the data dir's free-space floor (ADR 033) unless ``writes_data_dir``
+        is False (a service whose only output is the bus) and the bus is Kafka: the embedded log is
+        under the data dir, so there every service writes there.
         """
         bus = self.settings.bus
+        embedded_bus = self.settings.kafka_bootstrap_servers is None
         return ServiceLoop(
             service=service,
             consumer=self.bus.consumer(group) if consumer is None else consumer,
@@ -112,6 +128,7 @@ class Host:
             end_offsets=self.bus.end_offsets,
             lag_interval_s=self.settings.metrics.lag_interval_s,
             samplers=samplers,
+            disk_floor=self.disk_floor if writes_data_dir or embedded_bus else None,
         )
 
     def event_producer(self) -> EventProducer:

@@ -23,6 +23,13 @@ when ``run`` stops, the loop waits for them first.
 Anything that is not bad data (TransientError, bugs) propagates out of ``run``: nothing of
 the batch is committed, the process exits non-zero, and the batch replays on restart.
 Signals belong to the entry point: it calls ``stop()`` from its handler.
+
+Disk floor (ADR 033): a loop given a ``DiskFloor`` (the services that write under the data
+dir) checks it before step 1. Below the floor an iteration consumes nothing for the handler
+and calls no ``end_batch``: what is not consumed stays in the topics, and the commit never
+moves past what earlier batches finished. It still commits those, beats, samples, and polls
+once (one message, sought straight back) so the group keeps the member and rebalances go on;
+then it waits out the poll timeout. It resumes by itself once the space is back.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from crawlstream.bus import Consumer, Message, Producer, TopicPartition
+from crawlstream.durable import MIB, DiskFloor
 from crawlstream.errors import BadDataError, TransientError
 from crawlstream.events import TOPIC_EVENTS, EventCodec, dead_letter
 from crawlstream.logs import log_fields, service_context
@@ -128,6 +136,19 @@ class LoopMetrics:
             ["group", "topic", "partition"],
             registry=registry,
         )
+        self.disk_floor_paused = Gauge(
+            "crawlstream_disk_floor_paused",
+            "1 while a service loop pauses (consumes and writes nothing) because the data disk has less "
+            "free space than data_dir_min_free_mb",
+            ["service"],
+            registry=registry,
+        )
+        self.disk_floor_pauses = Counter(
+            "crawlstream_disk_floor_pauses",
+            "Times a service loop paused because the data disk fell below data_dir_min_free_mb",
+            ["service"],
+            registry=registry,
+        )
         self.lag_sample_failures = Counter(
             "crawlstream_consumer_lag_sample_failures",
             "Lag samples skipped because the bus did not answer (the loop goes on)",
@@ -153,6 +174,7 @@ class ServiceLoop:
     committed yet), labelled ``group``; a partition it no longer owns loses its series (ADR 019).
     ``samplers`` are called at the same interval, on the loop's thread, with the partitions it
     owns (a service's own gauges: the scheduler's ready domains).
+    ``disk_floor``: pause while the data disk is below it (module docstring; None: never).
     """
 
     def __init__(
@@ -178,8 +200,11 @@ class ServiceLoop:
         end_offsets: Callable[[str], Sequence[int]] | None = None,
         lag_interval_s: float = 5.0,
         samplers: Sequence[Callable[[list[TopicPartition]], None]] = (),
+        disk_floor: DiskFloor | None = None,
     ) -> None:
         self._service = service
+        self._disk_floor = disk_floor if disk_floor is not None and disk_floor.enabled else None
+        self._paused = False
         self._group = group or service
         self._end_offsets = end_offsets
         self._lag_interval_s = lag_interval_s
@@ -205,6 +230,8 @@ class ServiceLoop:
         self._clock_ms = clock_ms
         self._metrics = LoopMetrics.of(registry if registry is not None else CollectorRegistry())
         self._processed = {t: self._metrics.processed.labels(service, t) for t in self._topics}
+        if self._disk_floor is not None:
+            self._metrics.disk_floor_paused.labels(service).set(0)
         self._warned: set[tuple[str, str]] = set()
         self._subscribed = False
         self._consumed: dict[TopicPartition, int] = {}  # next offset after the last handled message
@@ -225,6 +252,11 @@ class ServiceLoop:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def paused(self) -> bool:
+        """True while the data disk is below the loop's floor (as of the last iteration)."""
+        return self._paused
 
     def subscribe(self) -> None:
         """Join the consumer group (``run`` does it on first use)."""
@@ -264,7 +296,8 @@ class ServiceLoop:
         self._drop_lag(partitions)
 
     def run(self) -> None:
-        """Process batches until ``stop()``; exceptions other than bad data propagate."""
+        """Process batches until ``stop()``; exceptions other than bad data propagate. A drain
+        (``stop_when_idle``) below the disk floor stops too: what is left stays in the topics."""
         with service_context(self._service):  # log lines of this thread name the service
             if not self._subscribed:
                 self.subscribe()
@@ -283,6 +316,9 @@ class ServiceLoop:
         """One poll-handle-flush-commit iteration; returns the number of messages consumed."""
         if not self._subscribed:
             self.subscribe()
+        if self._below_floor():
+            self._idle_below_floor()
+            return 0
         room = self._handler.room(self._batch_size)
         timeout_s = self._busy_poll_timeout_s if self._handler.unfinished() else self._poll_timeout_s
         if self._stop_when_idle.is_set():
@@ -307,6 +343,45 @@ class ServiceLoop:
         self._sample()
         self._beat()
         return len(messages)
+
+    def _below_floor(self) -> bool:
+        """Check the floor (a cached reading); log and count the change when it flips."""
+        floor = self._disk_floor
+        if floor is None:
+            return False
+        below = floor.below()
+        if below != self._paused:
+            self._paused = below
+            self._metrics.disk_floor_paused.labels(self._service).set(int(below))
+            if below:
+                self._metrics.disk_floor_pauses.labels(self._service).inc()
+                logger.warning(
+                    "%s: pausing, the data disk is below its floor: %d MB free under %s, the floor is %d MB "
+                    "(CRAWLSTREAM_DATA_DIR_MIN_FREE_MB); consuming and writing nothing until it is back above",
+                    self._service, floor.free() // MIB, floor.path, floor.min_free_bytes // MIB,
+                )
+            else:
+                logger.info("%s: resuming, the data disk is above its floor again: %s", self._service, floor.describe())
+        return below
+
+    def _idle_below_floor(self) -> None:
+        """One paused iteration: commit what earlier batches finished (their ``end_batch`` ran),
+        poll once so the group keeps this member (librdkafka drops one that has not polled for
+        ``max.poll.interval.ms``; rebalances run inside the poll), put back what it returned,
+        and wait out the poll timeout."""
+        started = time.monotonic()
+        self._commit(None, force=False)
+        try:
+            probe = self._consumer.consume(1, self._poll_timeout_s)
+        except BadDataError as exc:  # the bus skipped a corrupt record: as in run_once
+            self._metrics.dead_lettered.labels(self._service, "*", type(exc).__name__).inc()
+            logger.error("%s: the bus skipped a corrupt record: %s", self._service, exc)
+            probe = []
+        for message in probe:
+            self._consumer.seek(TopicPartition(message.topic, message.partition), message.offset)
+        self._sample()
+        self._beat()
+        self._stop.wait(max(0.0, self._poll_timeout_s - (time.monotonic() - started)))
 
     def _sample(self) -> None:
         now_s = time.monotonic()

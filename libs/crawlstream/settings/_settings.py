@@ -612,6 +612,13 @@ class Settings:
     """Everything one process needs. Build with ``crawlstream.settings.load``."""
 
     data_dir: Path = setting(Path("./data"), "where every embedded file lives", env="CRAWLSTREAM_DATA_DIR")
+    data_dir_min_free_mb: int = setting(
+        1024,
+        "free-space floor of the data dir's disk, in MB: below it the services that write there pause "
+        "(consume nothing, write nothing, stay in their group) and resume by themselves once space is back; "
+        "the index compactor skips builds and `crawlstream index build` refuses (ADR 033). 0 = off",
+        check=non_negative,
+    )
     kafka_bootstrap_servers: str | None = setting(
         None, "Kafka brokers; unset = the embedded durable log", env="KAFKA_BOOTSTRAP_SERVERS"
     )
