@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -67,7 +66,7 @@ def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = 
     kafka.kill(node, signal.SIGKILL)
     fault = soak.record(kind, target, detail or f"restart in {restore_s:.0f} s")
 
-    def back() -> None:  # on a thread: a restart waits until the node answers (seconds)
+    def back() -> None:  # in the background: a restart waits until the node answers (seconds)
         def restart() -> None:
             # ``restart`` waits for every running node: one killed meanwhile by another fault
             # fails that wait, though this node is up; retry only while this one is not.
@@ -81,7 +80,7 @@ def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = 
                 time.sleep(5)
             soak.restored(fault)
 
-        threading.Thread(target=restart, name=f"restart-{target}", daemon=True).start()
+        soak.in_background(restart)
 
     soak.at(time.monotonic() + restore_s, f"restart {target}", back)
 

@@ -20,6 +20,7 @@ import functools
 import heapq
 import json
 import logging
+import queue
 import random
 import shutil
 import subprocess
@@ -48,7 +49,6 @@ from crawlstream.devtools.deployment import (
     wait_until,
 )
 from crawlstream.devtools.localproc import free_port
-from crawlstream.errors import TransientError
 from crawlstream.topics import CONTENT_STORED
 
 logger = logging.getLogger("bench.soak")
@@ -148,6 +148,12 @@ class Soak:
         self.floor_mb = 0  # the services' free-space floor (the disk-floor fault goes below it)
         self.client: ApiClient | None = None
         self.sampler_thread: threading.Thread | None = None
+        # Work that waits (a broker restart waits until the node answers) runs on one thread that
+        # lives as long as the soak: a child dies with the *thread* that started it (the
+        # PR_SET_PDEATHSIG of ``die_with_parent``), so a short-lived thread would take its broker
+        # with it when it ends.
+        self._slow: queue.Queue[Callable[[], None]] = queue.Queue()
+        threading.Thread(target=self._work_slowly, name="soak-slow-work", daemon=True).start()
 
     # -- members ------------------------------------------------------------------------
 
@@ -199,6 +205,18 @@ class Soak:
 
     # -- faults -------------------------------------------------------------------------
 
+    def in_background(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the soak's long-lived worker thread (in order, one at a time)."""
+        self._slow.put(work)
+
+    def _work_slowly(self) -> None:
+        while True:
+            work = self._slow.get()
+            try:
+                work()
+            except Exception:
+                logger.exception("soak background work failed")
+
     def at(self, when_s: float, what: str, action: Callable[[], None]) -> None:
         with self._lock:
             self._seq += 1
@@ -243,11 +261,15 @@ class Soak:
         now = time.monotonic()
         try:
             lag = probe.read()
-            stored = sum(bus.end_offsets(CONTENT_STORED))
-        except (TransientError, Exception) as exc:  # an outage reads as "unknown"
+            ends = bus.end_offsets(CONTENT_STORED)
+        except Exception as exc:  # an outage reads as "unknown"
             logger.debug("lag sample: %s", exc)
             self.lag.append((now, None))
             return
+        if min(ends, default=0) < 0:  # a partition without a leader has no end offset
+            self.lag.append((now, None))
+            return
+        stored = sum(ends)
         self.lag.append((now, lag.lag))
         self.lag_by_group.append((now, dict(lag.lag_by_group)))
         self.stored.append((now, stored))
