@@ -147,7 +147,7 @@ class Soak:
         self.t0 = time.monotonic()
         self.floor_mb = 0  # the services' free-space floor (the disk-floor fault goes below it)
         self.client: ApiClient | None = None
-        self.sampler_thread: threading.Thread | None = None
+        self.sampler_threads: list[threading.Thread] = []
         # Work that waits (a broker restart waits until the node answers) runs on one thread that
         # lives as long as the soak: a child dies with the *thread* that started it (the
         # PR_SET_PDEATHSIG of ``die_with_parent``), so a short-lived thread would take its broker
@@ -333,8 +333,8 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
             soak._stop.set()
             for member in soak.members.values():
                 member.process.stop()
-            if soak.sampler_thread is not None:
-                soak.sampler_thread.join(timeout=60)
+            for thread in soak.sampler_threads:
+                thread.join(timeout=60)
             probe.close()
             bus.close()
             soak.close()
@@ -360,30 +360,32 @@ def _main_loop(soak: Soak, sampler: Any, probe: LagProbe, bus: KafkaBus) -> None
     """Run the plan until the end: due faults and restores, the supervisor, the periodic check;
     samples on their own thread, so a fault that blocks (a broker restart) leaves no gap."""
 
-    def sample() -> None:
+    def sample_bus() -> None:  # a call may block through an outage: its own thread
+        while not soak._stop.wait(SAMPLE_S):
+            soak.sample_bus(probe, bus)
+
+    def sample_resources() -> None:
         while not soak._stop.wait(SAMPLE_S):
             now = time.monotonic()
-            soak.sample_bus(probe, bus)
             try:
                 sampler.sample(now - soak.t0, soak.stored[-1][1] if soak.stored else 0)
             except Exception:
                 logger.exception("resource sample failed")
             _progress(soak, now)
 
-    thread = threading.Thread(target=sample, name="soak-sampler", daemon=True)
-    thread.start()
+    soak.sampler_threads = [threading.Thread(target=f, name=f.__name__, daemon=True)
+                            for f in (sample_bus, sample_resources)]
+    for thread in soak.sampler_threads:
+        thread.start()
     end = soak.t0 + soak.cfg.duration_s
     next_check = soak.t0 + soak.cfg.check_every_s
-    try:
-        while time.monotonic() < end:
-            soak.run_due()
-            soak.supervise()
-            if time.monotonic() >= next_check:
-                soak.check_now()
-                next_check += soak.cfg.check_every_s
-            time.sleep(0.2)
-    finally:
-        soak.sampler_thread = thread
+    while time.monotonic() < end:
+        soak.run_due()
+        soak.supervise()
+        if time.monotonic() >= next_check:
+            soak.check_now()
+            next_check += soak.cfg.check_every_s
+        time.sleep(0.2)
 
 
 def _progress(soak: Soak, now: float) -> None:

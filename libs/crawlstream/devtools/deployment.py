@@ -77,6 +77,9 @@ MEMBERS: Mapping[str, int] = {
 # ServiceLoop's partition log lines: "<service>: assigned t[0], t[1]" (also revoked, lost).
 _OWNERSHIP = re.compile(r" (?P<service>[\w-]+): (?P<kind>assigned|revoked|lost) (?P<parts>.*)$")
 _PART = re.compile(r"(?P<topic>[\w.]+)\[(?P<partition>\d+)\]")
+# The host's line when a transient error ends the service and it starts again in-process
+# (``crawlstream.runtime._host``): the loop that logged the ownership is gone, with no "lost".
+_RESTARTED = "; restarting the service in "
 
 
 class DeploymentError(RuntimeError):
@@ -133,6 +136,10 @@ class ServiceProcess:
         owned: set[TopicPartition] = set()
         history = []
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
+            if _RESTARTED in line:  # the host restarted the service in this process: it owns nothing
+                owned = set()
+                history.append(owned)
+                continue
             match = _OWNERSHIP.search(line)
             if match is None or match["service"] != self.name:
                 continue
