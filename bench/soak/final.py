@@ -33,6 +33,7 @@ def _until(soak: Soak, condition: Any, what: str, timeout_s: float = SETTLE_S) -
     while time.monotonic() < deadline:
         soak.run_due()
         soak.supervise()
+        soak.probe_liveness()
         if condition():
             return True
         time.sleep(0.5)
@@ -160,7 +161,8 @@ def final_checks(
         "politeness": polite,
         "repeats": rep,
         "client": client.summary(),
-        "restarts": {label: {"restarts": m.restarts, "crashes": len(m.crashes)} for label, m in soak.members.items()},
+        "restarts": {label: {"restarts": m.restarts, "crashes": len(m.crashes), "liveness_kills": m.liveness_kills}
+                     for label, m in soak.members.items()},
         "checks": soak.checks,
     }
     summary["ok"] = bool(

@@ -23,6 +23,7 @@ import logging
 import queue
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,7 @@ MAX_RETRIES = 2
 SAMPLE_S = 5.0
 FLAT_MIN_MINUTES = 30.0
 RESTART_BACKOFF_S = (2.0, 30.0)  # first and largest delay before a crashed member is restarted
+LIVENESS_S = 360.0  # deploy/k8s: heartbeat younger than 300 s, probed every 30 s, 2 failures
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Member:
     process: ServiceProcess
     restarts: int = 0
     crashes: list[float] = field(default_factory=list)  # monotonic times of exits we did not cause
+    liveness_kills: int = 0  # killed by the liveness probe (a loop that stopped turning)
     held: str = ""  # a fault holds it down (killed or stopped): the supervisor leaves it alone
     due_s: float = 0.0  # when the supervisor may restart it
 
@@ -159,6 +162,7 @@ class Soak:
     # -- members ------------------------------------------------------------------------
 
     def start_members(self) -> None:
+        (self.cfg.root / "heartbeats").mkdir(exist_ok=True)
         for name, count in MEMBERS.items():
             for i in range(count):
                 label = f"{name}-{i}"
@@ -167,7 +171,27 @@ class Soak:
     def _spawn(self, name: str, label: str, n: int = 0) -> ServiceProcess:
         log = self.cfg.root / "logs" / (f"{label}.log" if n == 0 else f"{label}-restart-{n}.log")
         log.parent.mkdir(exist_ok=True)
-        return ServiceProcess.start(name, self.where.env, log)
+        env = {**self.where.env, "CRAWLSTREAM_HEARTBEAT_FILE": str(self._heartbeat(label))}
+        return ServiceProcess.start(name, env, log)
+
+    def _heartbeat(self, label: str) -> Path:
+        return self.cfg.root / "heartbeats" / label
+
+    def probe_liveness(self) -> None:
+        """deploy/k8s's liveness probe: a member whose loop has not beaten its heartbeat file for
+        LIVENESS_S is SIGKILLed (the supervisor restarts it); counted per member."""
+        now = time.time()
+        for member in self.members.values():
+            if member.held or not member.process.running:
+                continue
+            try:
+                age = now - self._heartbeat(member.label).stat().st_mtime
+            except FileNotFoundError:
+                continue  # not beating yet (starting), or a service that keeps no heartbeat
+            if age > LIVENESS_S:
+                logger.warning("%s: heartbeat %.0f s old; the liveness probe kills it", member.label, age)
+                member.liveness_kills += 1
+                member.process.kill(signal.SIGKILL)
 
     def restart(self, label: str) -> None:
         member = self.members[label]
@@ -386,6 +410,7 @@ def _main_loop(soak: Soak, sampler: Any, probe: LagProbe, bus: KafkaBus) -> None
     while time.monotonic() < end:
         soak.run_due()
         soak.supervise()
+        soak.probe_liveness()
         if time.monotonic() >= next_check:
             soak.check_now()
             next_check += soak.cfg.check_every_s
