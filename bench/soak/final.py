@@ -17,15 +17,18 @@ from bench.soak.invariants import listing_check, page_requests, politeness, repe
 from crawlstream.bus import KafkaBus
 from crawlstream.crawl import LagProbe
 from crawlstream.devtools.deployment import group_of, groups_assigned
+from crawlstream.events import EventCodec, FetchResult
 from crawlstream.index import IndexReader
 from crawlstream.settings import Settings
 from crawlstream.store import open_store
+from crawlstream.topics import FETCH_RESULTS
 
 if TYPE_CHECKING:
     from bench.soak.run import Soak
 
 logger = logging.getLogger("bench.soak")
 SETTLE_S = 300.0  # bound on each step of the wind-down
+RETRIED = ("timeout", "connect_error", "error")  # failures of a page the web answered 200: retried
 
 
 def _until(soak: Soak, condition: Any, what: str, timeout_s: float = SETTLE_S) -> bool:
@@ -42,8 +45,9 @@ def _until(soak: Soak, condition: Any, what: str, timeout_s: float = SETTLE_S) -
 
 
 def wind_down(soak: Soak) -> dict[str, bool]:
-    """Every fault undone and every member back; the fetchers stopped (nothing new is fetched);
-    the groups that store what was fetched drained; then every member stopped cleanly."""
+    """Every fault undone and every member back; then the crawl stops from the top down: the
+    schedulers first (nothing new is dispatched), the fetchers once every dispatched request was
+    fetched, the rest once what was fetched is stored; then every member stops on SIGTERM."""
     steps = {}
     soak.run_due(everything=True)
     steps["faults_undone"] = _until(soak, lambda: all(f.restored_s is not None for f in soak.faults), "faults undone")
@@ -55,28 +59,10 @@ def wind_down(soak: Soak) -> dict[str, bool]:
         "every member is back and each group owns its partitions",
         timeout_s=120.0,
     )
-    for member in soak.members.values():
-        if member.name == "fetcher":
-            member.held = "stopped at the end"
-            member.process.stop()
-    bus = KafkaBus.from_settings(soak.where.settings)
-    groups = dict(group_of(n) for n in ("bucket-compressor", "parquet-sink", "link-extractor"))
-    probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
-    zero = [0]
-
-    def drained() -> bool:
-        try:
-            zero[0] = zero[0] + 1 if probe.read().lag == 0 else 0
-        except Exception as exc:  # an outage reads as "not yet"
-            logger.info("drain: %s", exc)
-            zero[0] = 0
-        return zero[0] >= 3
-
-    try:
-        steps["drained"] = _until(soak, drained, "what was fetched is stored")
-    finally:
-        probe.close()
-        bus.close()
+    _stop(soak, "scheduler")
+    steps["requests_fetched"] = _drain(soak, ("fetcher",), "every dispatched request is fetched")
+    _stop(soak, "fetcher")
+    steps["drained"] = _drain(soak, ("bucket-compressor", "parquet-sink", "link-extractor"), "what was fetched is stored")
     soak._stop.set()
     for member in soak.members.values():
         member.held = "stopped at the end"
@@ -89,6 +75,66 @@ def wind_down(soak: Soak) -> dict[str, bool]:
     soak.unclean_exits = unclean
     steps["staging_published"] = _publish_staging(soak)
     return steps
+
+
+def _stop(soak: Soak, name: str) -> None:
+    for member in soak.members.values():
+        if member.name == name:
+            member.held = "stopped at the end"
+            member.process.terminate()
+    for member in soak.members.values():
+        if member.name == name:
+            member.process.stop()
+
+
+def _drain(soak: Soak, names: tuple[str, ...], what: str) -> bool:
+    """Until the groups of ``names`` have lag 0 three reads in a row."""
+    bus = KafkaBus.from_settings(soak.where.settings)
+    groups = dict(group_of(n) for n in names)
+    probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
+    zero = [0]
+
+    def drained() -> bool:
+        try:
+            zero[0] = zero[0] + 1 if probe.read().lag == 0 else 0
+        except Exception as exc:  # an outage reads as "not yet"
+            logger.info("drain: %s", exc)
+            zero[0] = 0
+        return zero[0] >= 3
+
+    try:
+        return _until(soak, drained, what)
+    finally:
+        probe.close()
+        bus.close()
+
+
+def pending_retries(settings: Settings, urls: set[str]) -> dict[str, str]:
+    """Of ``urls``, those whose last fetch result is a failure the scheduler retries (a time-out
+    while the web, loaded, still logged a 200): the crawl was stopped before their retry. Read
+    from ``fetch.results`` once, from the start."""
+    if not urls:
+        return {}
+    bus = KafkaBus.from_settings(settings)
+    codec = EventCodec.from_settings(settings)
+    ends = bus.end_offsets(FETCH_RESULTS)
+    consumer = bus.consumer(f"soak-check-{time.monotonic_ns()}")
+    last: dict[str, str] = {}
+    try:
+        consumer.subscribe([FETCH_RESULTS])
+        seen, deadline = 0, time.monotonic() + 600
+        while seen < sum(ends) and time.monotonic() < deadline:
+            batch = consumer.consume(1000, 0.5)
+            seen += len(batch)
+            for message in batch:
+                if any(u.encode() in message.value for u in urls):
+                    result = codec.decode(message.value, FetchResult)
+                    if result.url in urls:
+                        last[result.url] = f"{result.outcome} ({result.error})"
+    finally:
+        consumer.close()
+        bus.close()
+    return {u: o for u, o in last.items() if o.split(" ")[0] in RETRIED}
 
 
 def _publish_staging(soak: Soak, timeout_s: float = 120.0) -> bool:
@@ -162,6 +208,8 @@ def final_checks(
         stats, report = store.stats(), store.verify()
     finally:
         store.close()
+    pending = pending_retries(settings, served - stored)
+    lost = served - stored - set(pending)
     _build(where.env)
     domains = sorted(where.web.model.domains)
     served_index = _listing(settings, domains)
@@ -181,9 +229,9 @@ def final_checks(
         "wind_down": steps,
         "unclean_exits": soak.unclean_exits,
         "pages": {"served_200_reachable": len(served), "served_200_unreachable": len(unreachable),
-                  "stored": len(stored), "lost": len(served - stored), "store_urls": stats.urls,
-                  "store_damaged": len(report.problems),
-                  "lost_examples": sorted(served - stored)[:20]},
+                  "stored": len(stored), "pending_retry": len(pending), "lost": len(lost),
+                  "store_urls": stats.urls, "store_damaged": len(report.problems),
+                  "lost_examples": sorted(lost)[:20], "pending_examples": dict(sorted(pending.items())[:10])},
         "listing": listing,
         "index_equals_full_rebuild": served_index == rebuilt,
         "politeness": polite,
@@ -194,8 +242,8 @@ def final_checks(
         "checks": soak.checks,
     }
     summary["ok"] = bool(
-        steps["faults_undone"] and steps["drained"] and steps["staging_published"]
-        and not (served - stored)
+        steps["faults_undone"] and steps["requests_fetched"] and steps["drained"] and steps["staging_published"]
+        and not lost
         and not report.problems
         and listing["duplicated"] == 0
         and listing["expected_not_listed"] == 0
