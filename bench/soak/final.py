@@ -62,7 +62,8 @@ def wind_down(soak: Soak) -> dict[str, bool]:
     _stop(soak, "scheduler")
     steps["requests_fetched"] = _drain(soak, ("fetcher",), "every dispatched request is fetched")
     _stop(soak, "fetcher")
-    steps["drained"] = _drain(soak, ("bucket-compressor", "parquet-sink", "link-extractor"), "what was fetched is stored")
+    stores = ("bucket-compressor", "parquet-sink", "link-extractor")
+    steps["drained"] = _drain(soak, stores, "what was fetched is stored")
     soak._stop.set()
     for member in soak.members.values():
         member.held = "stopped at the end"
