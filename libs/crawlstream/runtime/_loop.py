@@ -326,14 +326,10 @@ class ServiceLoop:
         if self._consumed != self._committed:  # wake up in time for the deferred commit
             due_in_s = self._last_commit_s + self._commit_interval_s - time.monotonic()
             timeout_s = max(0.0, min(timeout_s, due_in_s))
-        try:
-            messages = self._consumer.consume(room, timeout_s) if room > 0 else []
-        except BadDataError as exc:
-            # The bus found a corrupt record (the embedded log's CRC check) and has already
-            # moved past it: there are no bytes to dead-letter, so count it and go on.
-            self._metrics.dead_lettered.labels(self._service, "*", type(exc).__name__).inc()
-            logger.error("%s: the bus skipped a corrupt record: %s", self._service, exc)
+        consumed = self._consume(room, timeout_s) if room > 0 else []
+        if consumed is None:
             return 0
+        messages = consumed
         for message in messages:
             self._process(message)
             self._consumed[TopicPartition(message.topic, message.partition)] = message.offset + 1
@@ -343,6 +339,17 @@ class ServiceLoop:
         self._sample()
         self._beat()
         return len(messages)
+
+    def _consume(self, n: int, timeout_s: float) -> list[Message] | None:
+        """Up to ``n`` messages; None when the bus found a corrupt record (the embedded log's CRC
+        check) and has already moved past it: there are no bytes to dead-letter, so it is counted
+        and the loop goes on."""
+        try:
+            return self._consumer.consume(n, timeout_s)
+        except BadDataError as exc:
+            self._metrics.dead_lettered.labels(self._service, "*", type(exc).__name__).inc()
+            logger.error("%s: the bus skipped a corrupt record: %s", self._service, exc)
+            return None
 
     def _below_floor(self) -> bool:
         """Check the floor (a cached reading); log and count the change when it flips."""
@@ -371,13 +378,7 @@ class ServiceLoop:
         and wait out the poll timeout."""
         started = time.monotonic()
         self._commit(None, force=False)
-        try:
-            probe = self._consumer.consume(1, self._poll_timeout_s)
-        except BadDataError as exc:  # the bus skipped a corrupt record: as in run_once
-            self._metrics.dead_lettered.labels(self._service, "*", type(exc).__name__).inc()
-            logger.error("%s: the bus skipped a corrupt record: %s", self._service, exc)
-            probe = []
-        for message in probe:
+        for message in self._consume(1, self._poll_timeout_s) or []:
             self._consumer.seek(TopicPartition(message.topic, message.partition), message.offset)
         self._sample()
         self._beat()
