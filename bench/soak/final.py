@@ -8,7 +8,7 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bench.soak.chaos import ChaosPlan
@@ -31,7 +31,7 @@ SETTLE_S = 300.0  # bound on each step of the wind-down
 RETRIED = ("timeout", "connect_error", "error")  # failures of a page the web answered 200: retried
 
 
-def _until(soak: Soak, condition: Any, what: str, timeout_s: float = SETTLE_S) -> bool:
+def _until(soak: Soak, condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_S) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         soak.run_due()
@@ -65,11 +65,7 @@ def wind_down(soak: Soak) -> dict[str, bool]:
     stores = ("bucket-compressor", "parquet-sink", "link-extractor")
     steps["drained"] = _drain(soak, stores, "what was fetched is stored")
     soak._stop.set()
-    for member in soak.members.values():
-        member.held = "stopped at the end"
-        member.process.terminate()
-    for member in soak.members.values():
-        member.process.stop()
+    _stop(soak, *{m.name for m in soak.members.values()})
     unclean = [m.label for m in soak.members.values() if m.process.returncode != 0]
     if unclean:  # reported, not judged here: what they held is checked below like the rest
         logger.error("wind-down: not stopped cleanly by SIGTERM (SIGKILLed after 30 s): %s", ", ".join(unclean))
@@ -78,14 +74,14 @@ def wind_down(soak: Soak) -> dict[str, bool]:
     return steps
 
 
-def _stop(soak: Soak, name: str) -> None:
-    for member in soak.members.values():
-        if member.name == name:
-            member.held = "stopped at the end"
-            member.process.terminate()
-    for member in soak.members.values():
-        if member.name == name:
-            member.process.stop()
+def _stop(soak: Soak, *names: str) -> None:
+    """SIGTERM every member of ``names`` at once (they leave their groups in parallel), then wait."""
+    chosen = [m for m in soak.members.values() if m.name in names]
+    for member in chosen:
+        member.held = "stopped at the end"
+        member.process.terminate()
+    for member in chosen:
+        member.process.stop()
 
 
 def _drain(soak: Soak, names: tuple[str, ...], what: str) -> bool:
