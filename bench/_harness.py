@@ -29,6 +29,12 @@ def machine() -> dict[str, Any]:
     }
 
 
+def process_cpu_s(process: Any) -> float:
+    """User+sys seconds of a ``psutil.Process`` and its waited-for children so far."""
+    t = process.cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
 def latency_ms(samples_s: list[float]) -> dict[str, float]:
     """p50 / p95 / p99 in milliseconds (nearest rank) and the sample count."""
     xs = sorted(samples_s)

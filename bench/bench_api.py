@@ -179,7 +179,7 @@ def _scenarios(pairs: list[tuple[str, int, int]], deep: tuple[str, int, int]) ->
         "deep_page": [
             f"/v1/domain/{domain}/datasets/{dataset}/urls?offset={offset + 137 * i}&limit=100" for i in range(64)
         ],
-        # distinct row groups (16,384 rows each) past the deep offset, for cold reads
+        # distinct row groups past the deep offset (16,411 rows apart: more than lake.row_group_rows), for cold reads
         "deep_page_spread": [
             f"/v1/domain/{domain}/datasets/{dataset}/urls?offset={offset + 16_411 * i}&limit=100" for i in range(12)
         ],

@@ -13,7 +13,7 @@ with 16 partitions per topic for both crawls:
   parquet-sink 1; each fetcher process has the same fetch concurrency as the embedded run).
   Once every consumer group owns its partitions (the broker's group descriptions),
   ``crawlstream seed`` starts the crawl; it is timed from seeding until the drain check of
-  ``crawlstream run`` (``LagProbe`` lag 0 and ``Scheduler.pending_all`` idle,
+  ``crawlstream run`` (``devtools.deployment.drained_check``: lag 0 and the scheduler idle,
   ``DRAIN_CHECKS`` checks in a row) says drained.
 
 Pages are counted from the web server's request log (robots.txt excluded), cleared before each
@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +44,7 @@ import psutil
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bench._harness import REPO, main
+from bench._harness import REPO, main, process_cpu_s
 from bench.bench_crawl import (
     CONCURRENCY,
     _crawlstream_env,
@@ -58,13 +56,11 @@ from bench.bench_crawl import (
     write_crawl_inputs,
 )
 from crawlstream.bus import KafkaBus
-from crawlstream.crawl import DrainDetector, LagProbe, is_idle
 from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.devtools.deployment import ServiceProcess, drained_check, group_of, poll_until
 from crawlstream.devtools.localkafka import LocalKafka
-from crawlstream.errors import TransientError
-from crawlstream.politeness import Scheduler
+from crawlstream.devtools.localproc import die_with_parent
 from crawlstream.redisconn import open_redis
-from crawlstream.roles import role
 from crawlstream.settings import load
 
 PARTITIONS = 16
@@ -78,111 +74,18 @@ DEPLOYMENT = {
     "parquet-sink": 1,
 }
 START_TIMEOUT_S = 180.0  # processes started and every group assigned (9 interpreters on 2 cores)
-STOP_TIMEOUT_S = 30.0  # SIGTERM to exit, per process
 CHECK_INTERVAL_S = 0.2
 DRAIN_CHECKS = 3  # idle checks in a row: across processes, one more than `crawlstream run`'s default
 _INHERITED_VARS = ("KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "SCHEMA_REGISTRY_URL")
-# A child dies with the benchmark (PR_SET_PDEATHSIG, set in the child itself: no preexec_fn
-# in a process whose web server runs threads), then runs the crawlstream CLI.
-_CLI = (
-    "import ctypes, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
-    "from crawlstream.cli import main; sys.exit(main())"
-)
 
 
-def service_groups(names: Sequence[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """service name -> (its consumer group, the topics it consumes), from the services' wiring."""
-    out = {}
-    for name in names:
-        service = role(name)
-        out[name] = (service.group, service.topics)
-    return out
-
-
-def _cpu_s(process: psutil.Process) -> float:
-    t = process.cpu_times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-@dataclass
-class ServiceProcess:
-    """One ``crawlstream service <name>`` OS process; its stderr (the log) goes to a file."""
-
-    name: str
-    log: Path
-    process: subprocess.Popen[bytes]
-    ps: psutil.Process
-    terminated: bool = False
-
-    @classmethod
-    def start(cls, name: str, env: Mapping[str, str], log: Path, *, new_session: bool = False) -> ServiceProcess:
-        """``new_session``: its own session (Linux autogroup: the CPU is shared between sessions)."""
-        with log.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-c", _CLI, "service", name],
-                env=dict(env),
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                start_new_session=new_session,
-            )
-        return cls(name, log, process, psutil.Process(process.pid))
-
-    def cpu_s(self) -> float:
-        """User+sys seconds so far (the process must still run)."""
-        return _cpu_s(self.ps)
-
-    def tail(self, chars: int = 2000) -> str:
-        return f"--- {self.name} (pid {self.process.pid}) ---\n" + self.log.read_text(errors="replace")[-chars:]
-
-    def terminate(self) -> None:
-        """SIGTERM (finish the batch, commit, leave the group), once: a second one landing while
-        the interpreter finalizes (default handlers again) would kill a clean exit."""
-        if not self.terminated and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            self.terminated = True
-
-    def stop(self) -> int:
-        """``terminate``, wait for the exit; SIGKILL if that hangs."""
-        self.terminate()
-        try:
-            return self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(self.process.pid, signal.SIGKILL)
-            return self.process.wait(timeout=10)
-
-
-def start_services(deployment: Mapping[str, int], env: Mapping[str, str], log_dir: Path) -> list[ServiceProcess]:
-    """``deployment[name]`` processes of each service, logs in ``log_dir``."""
-    return [
-        ServiceProcess.start(name, env, log_dir / f"{name}-{i}.log")
-        for name, count in deployment.items()
-        for i in range(count)
-    ]
-
-
-def stop_services(processes: Sequence[ServiceProcess]) -> dict[str, int]:
+def stop_services(processes: Sequence[ServiceProcess]) -> dict[str, int | None]:
     """SIGTERM all at once (they leave their groups in parallel), then wait for each."""
     for p in processes:
         p.terminate()
-    return {p.log.stem: p.stop() for p in processes}
-
-
-def wait_until(
-    condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]
-) -> bool:
-    """Poll ``condition`` until true (True) or ``timeout_s`` (False); raise if a process exits."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        dead = [p for p in processes if p.process.poll() is not None]
-        if dead:
-            logs = "\n".join(p.tail() for p in dead)
-            raise RuntimeError(f"a service process exited while waiting until {what}:\n{logs}")
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(CHECK_INTERVAL_S)
-    return True
+    for p in processes:
+        p.stop()
+    return {p.log.stem: p.returncode for p in processes}
 
 
 def wait_for_assignment(
@@ -219,26 +122,7 @@ def wait_for_assignment(
 
     # The client is released on return, while the broker is up (librdkafka's destroy can
     # hang once its broker is gone).
-    return wait_until(assigned, "every group owns its partitions", timeout_s, processes)
-
-
-def drain_check(
-    bus: KafkaBus, scheduler: Scheduler, groups: Mapping[str, Sequence[str]], partitions: int, required: int
-) -> tuple[Callable[[], bool], Callable[[], None]]:
-    """``crawlstream run``'s drain check over other processes' groups: (check, close).
-    Lag, then the scheduler's Redis state, then lag again; a bus outage reads as busy."""
-    probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
-    detector = DrainDetector(required=required)
-
-    def drained() -> bool:
-        try:
-            before = probe.read()
-            busy = sum(scheduler.pending_all(range(partitions)))
-            return detector.observe(is_idle(before, busy, probe.read()))
-        except TransientError:
-            return detector.observe(False)
-
-    return drained, probe.close
+    return poll_until(assigned, "every group owns its partitions", timeout_s, processes, CHECK_INTERVAL_S)
 
 
 def _env(data_dir: Path, resolve_map_file: Path, **extra: str) -> dict[str, str]:
@@ -261,7 +145,7 @@ def distributed_crawl(
     web: DemoWeb, root: Path, seeds_file: Path, resolve_map_file: Path, timeout_s: float
 ) -> dict[str, Any]:
     """Broker, Redis and ``DEPLOYMENT`` as OS processes; seed; measure until drained."""
-    groups = service_groups(list(DEPLOYMENT))
+    groups = {name: group_of(name) for name in DEPLOYMENT}
     with LocalKafka(brokers=1, partitions=PARTITIONS) as kafka, open_redis(None, root / "redis") as redis_handle:
         env = _env(
             root / "data",
@@ -280,39 +164,35 @@ def distributed_crawl(
         processes: list[ServiceProcess] = []
         try:
             started = time.perf_counter()
-            processes = start_services(DEPLOYMENT, env, log_dir)
+            processes = [ServiceProcess.start(name, env, log_dir / f"{name}-{i}.log")
+                         for name, count in DEPLOYMENT.items() for i in range(count)]
+            ps = [psutil.Process(p.pid) for p in processes]
             members = {group: (topics, DEPLOYMENT[name]) for name, (group, topics) in groups.items()}
             if not wait_for_assignment(kafka.bootstrap_servers, members, PARTITIONS, START_TIMEOUT_S, processes):
                 raise RuntimeError(
                     f"groups not assigned after {START_TIMEOUT_S}s:\n" + "\n".join(p.tail() for p in processes)
                 )
             startup_s = time.perf_counter() - started
-            drained, close_probe = drain_check(
-                bus,
-                Scheduler.from_settings(settings, redis_handle.client),
-                {group: topics for group, topics in groups.values()},
-                PARTITIONS,
-                DRAIN_CHECKS,
-            )
+            drained = drained_check(bus, settings, redis_handle.client, list(DEPLOYMENT), PARTITIONS, DRAIN_CHECKS)
             try:
                 web.clear_log()
-                cpu_at_seed = [p.cpu_s() for p in processes]
-                broker_at_seed, redis_at_seed = _cpu_s(broker), _cpu_s(redis_ps)
+                cpu_at_seed = [process_cpu_s(p) for p in ps]
+                broker_at_seed, redis_at_seed = process_cpu_s(broker), process_cpu_s(redis_ps)
                 rusage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 seeding = time.perf_counter()
                 seeded = subprocess.run(
-                    [sys.executable, "-c", _CLI, "seed", "--seeds", str(seeds_file)],
-                    env=env, cwd=REPO, capture_output=True, timeout=120, check=False,
+                    [sys.executable, "-m", "crawlstream", "seed", "--seeds", str(seeds_file)],
+                    env=env, cwd=REPO, capture_output=True, timeout=120, check=False, preexec_fn=die_with_parent,
                 )
                 if seeded.returncode != 0:
                     raise RuntimeError(f"crawlstream seed failed: {seeded.stderr.decode(errors='replace')[-2000:]}")
                 rusage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                done = wait_until(drained, "the crawl drained", timeout_s, processes)
+                done = poll_until(drained, "the crawl drained", timeout_s, processes, CHECK_INTERVAL_S)
                 wall_s = time.perf_counter() - seeding
-                cpu_now = [p.cpu_s() for p in processes]
-                broker_now, redis_now = _cpu_s(broker), _cpu_s(redis_ps)
+                cpu_now = [process_cpu_s(p) for p in ps]
+                broker_now, redis_now = process_cpu_s(broker), process_cpu_s(redis_ps)
             finally:
-                close_probe()
+                drained.close()  # type: ignore[attr-defined]
             exits = stop_services(processes)
         finally:
             stop_services(processes)

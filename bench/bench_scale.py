@@ -20,6 +20,8 @@ disk under ``CRAWLSTREAM_BENCH_DIR``). Generated inputs are kept in
 ``CRAWLSTREAM_BENCH_SCALE_KEEP=1`` to keep the lakes too, and
 ``CRAWLSTREAM_BENCH_SCALE_INGEST_MAX=10m`` to time ``crawlstream ingest`` only up to that size
 (its rate per row does not change with size; at 100M it costs most of an hour).
+``CRAWLSTREAM_BENCH_SCALE_LAKE=<kept lake> CRAWLSTREAM_BENCH_SCALE_PREVIOUS=<its scale-N.json>``
+measures a kept lake again (build, bytes, latency) after a change, beside the previous numbers.
 """
 
 from __future__ import annotations
@@ -163,29 +165,62 @@ def _one_size(n: int, inputs: Path, work: Path, spark: bool) -> dict[str, Any]:
             )
         out["spark_rows_per_s_per_core"] = round(out["spark_ingest"]["rows_per_s"] / 2)
     out["lake_written_by"] = "spark-ingest" if spark else "ingest"
-    sys.stderr.write(f"bench scale {n:,}: index build\n")
-    build = _timed([*CLI, "index", "build", "--full"], _env(lake))
-    report = build.pop("report", {})
-    out["build"] = {**build, "urls_per_s": round(gen.rows / build["wall_s"]),
-                    "us_per_url": round(build["wall_s"] / gen.rows * 1e6, 3),
-                    **{k: report[k] for k in ("domains", "pairs", "files_scanned", "phases_s") if k in report}}
-    lake_b, index_b = _dir_bytes(lake / "urls"), _index_bytes(lake)
-    sys.stderr.write(f"bench scale {n:,}: sorted zstd-19 baseline\n")
-    text_b, rows = _sorted_text_zstd19(lake)
-    out["bytes"] = {"rows": rows, "lake_per_url": round(lake_b / rows, 2), "index_per_url": round(index_b / rows, 2),
-                    "sorted_zstd19_per_url": round(text_b / rows, 2),
-                    "ratio_to_sorted_zstd19": round((lake_b + index_b) / text_b, 3)}
-    sys.stderr.write(f"bench scale {n:,}: latency\n")
-    queries = _queries(_settings({"CRAWLSTREAM_DATA_DIR": str(lake)}), random.Random(7), N_QUERIES_WARM)
-    out["warm"] = _warm(lake, queries)
-    out["cold"] = _cold({"CRAWLSTREAM_DATA_DIR": str(lake)}, queries[:N_QUERIES_COLD], None)
+    out.update(_measure_lake(lake, f"{n:,}", gen.rows))
     if os.environ.get("CRAWLSTREAM_BENCH_SCALE_KEEP") != "1":
         shutil.rmtree(lake, ignore_errors=True)
     return out
 
 
+def _measure_lake(lake: Path, label: str, urls: int, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``index build --full`` of ``lake`` (timed, peak RSS), lake + index bytes beside the sorted
+    zstd-19 text of its rows (``baseline``'s, a run over the same rows, when given: that text
+    costs ~45 min at 100M), then the warm and cold latencies."""
+    out: dict[str, Any] = {}
+    sys.stderr.write(f"bench scale {label}: index build\n")
+    build = _timed([*CLI, "index", "build", "--full"], _env(lake))
+    report = build.pop("report", {})
+    out["build"] = {**build, "urls_per_s": round(urls / build["wall_s"]),
+                    "us_per_url": round(build["wall_s"] / urls * 1e6, 3),
+                    **{k: report[k] for k in ("domains", "pairs", "files_scanned", "phases_s") if k in report}}
+    lake_b, index_b = _dir_bytes(lake / "urls"), _index_bytes(lake)
+    if baseline is not None:
+        rows = int(baseline["rows"])
+        text_b = round(baseline["sorted_zstd19_per_url"] * rows)
+    else:
+        sys.stderr.write(f"bench scale {label}: sorted zstd-19 baseline\n")
+        text_b, rows = _sorted_text_zstd19(lake)
+    out["bytes"] = {"rows": rows, "lake_per_url": round(lake_b / rows, 2), "index_per_url": round(index_b / rows, 2),
+                    "sorted_zstd19_per_url": round(text_b / rows, 2),
+                    "ratio_to_sorted_zstd19": round((lake_b + index_b) / text_b, 3),
+                    **({"sorted_zstd19_from": "the baseline run"} if baseline is not None else {})}
+    sys.stderr.write(f"bench scale {label}: latency\n")
+    queries = _queries(_settings({"CRAWLSTREAM_DATA_DIR": str(lake)}), random.Random(7), N_QUERIES_WARM)
+    out["warm"] = _warm(lake, queries)
+    out["cold"] = _cold({"CRAWLSTREAM_DATA_DIR": str(lake)}, queries[:N_QUERIES_COLD], None)
+    return out
+
+
+def remeasure(lake: Path, previous: Path) -> dict[str, Any]:
+    """A kept lake (``CRAWLSTREAM_BENCH_SCALE_KEEP=1``) measured again after a change of the index or
+    the lake's layout (``bench.scale_layout relayout``): ``previous`` is its size's JSON, whose rows
+    and sorted zstd-19 bytes still hold (the same rows)."""
+    before = json.loads(previous.read_text())
+    out = _measure_lake(lake, lake.name, int(before["urls_generated"]), before["bytes"])
+    out["previous"] = {k: before[k] for k in ("build", "bytes", "warm", "cold")}
+    return out
+
+
 def run(quick: bool) -> dict[str, Any]:
     base = Path(os.environ.get("CRAWLSTREAM_BENCH_DIR", tempfile.gettempdir()))
+    kept = os.environ.get("CRAWLSTREAM_BENCH_SCALE_LAKE")
+    if kept:
+        previous = Path(os.environ.get("CRAWLSTREAM_BENCH_SCALE_PREVIOUS", ""))
+        if not previous.is_file():
+            raise SystemExit("CRAWLSTREAM_BENCH_SCALE_LAKE needs CRAWLSTREAM_BENCH_SCALE_PREVIOUS: the JSON of "
+                             "the run that made the lake (scale-<N>.json)")
+        result = remeasure(Path(kept), previous)
+        (base / f"remeasure-{Path(kept).name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        return result
     inputs = base / "scale-inputs"
     work = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=base))
     spark = _spark_available()

@@ -91,9 +91,9 @@ import zstandard
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bench._harness import main, shared_data
-from bench.bench_crawl_kafka import ServiceProcess, wait_until
+from bench._harness import main, process_cpu_s, shared_data
 from crawlstream.bus import KafkaBus, Producer, TopicPartition
+from crawlstream.devtools.deployment import ServiceProcess, poll_until
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import ContentLocation, ContentStored, Event, EventCodec, EventProducer, FetchResult
 from crawlstream.fetch.service import TRANSIT_ZSTD_LEVEL
@@ -107,7 +107,7 @@ from crawlstream.urls import CanonicalUrl, canonicalize, domain_checksum, url_ke
 PARTITIONS = 16
 MEMBERS = (1, 2)
 TARGET_RATIO = 1.6  # issue 25: 2 members at least 1.6x one, or the limit named and measured
-SAMPLE_S = 0.2  # bench_crawl_kafka.wait_until's poll interval
+SAMPLE_S = 0.2  # the poll interval of the waits
 START_TIMEOUT_S = 120.0  # members started and the group stable with all of them
 # A bucket-compressor member's close counts the whole store for the status page and waits up to
 # store.shard_lock_wait_s for each shard another member still holds: with the default 30 s, stopping 2
@@ -316,11 +316,6 @@ def _produce(producer: confluent_kafka.Producer, batch: Batch) -> None:
 # --------------------------------------------------------------------------- measurement
 
 
-def _cpu_s(process: psutil.Process) -> float:
-    t = process.cpu_times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
 def _self_cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -518,16 +513,17 @@ def measure(
     log_dir.mkdir(parents=True)
     started = time.perf_counter()
     processes = start_members(service, members, env, log_dir)
+    members_ps = [psutil.Process(p.pid) for p in processes]
     samples: list[Sample] = []
 
     def sample(committed: int | None = None) -> Sample:
         s = Sample(
             t=time.perf_counter(),
             committed=probe.committed() if committed is None else committed,
-            members_cpu=[p.cpu_s() for p in processes],
+            members_cpu=[process_cpu_s(m) for m in members_ps],
             members_wait=sum(_run_delay_s(p.process.pid) for p in processes),
             broker_wait=_run_delay_s(broker.pid),
-            broker_cpu=_cpu_s(broker),
+            broker_cpu=process_cpu_s(broker),
             self_cpu=_self_cpu_s(),
             machine=_machine_cpu(),
         )
@@ -536,8 +532,9 @@ def measure(
 
     try:
         try:
-            stable = wait_until(
-                lambda: probe.stable_with(members), f"{service} x{members} stable", START_TIMEOUT_S, processes
+            stable = poll_until(
+                lambda: probe.stable_with(members), f"{service} x{members} stable", START_TIMEOUT_S, processes,
+                SAMPLE_S,
             )
             if not stable:
                 raise RuntimeError(f"{service}: group not stable with {members} members after {START_TIMEOUT_S}s")
@@ -549,8 +546,9 @@ def measure(
             _produce(producer, batch)
             flushed = sample()
             produce_s = flushed.t - first.t
-            done = wait_until(
-                lambda: sample().committed >= target, f"{service} x{members} drained", timeout_s, processes
+            done = poll_until(
+                lambda: sample().committed >= target, f"{service} x{members} drained", timeout_s, processes,
+                SAMPLE_S,
             )
         finally:
             stopping = time.perf_counter()

@@ -5,6 +5,8 @@
 * ``BadDataError``: this input can never succeed (undecodable event, invalid URL or domain,
   checksum mismatch). Route it to ``<topic>.dlq`` / quarantine, count it, move on.
 * ``ConfigError``: the process is misconfigured. Fail at start-up, naming the setting.
+* ``ClientWedged``: a client library's call did not return within its deadline. Only a new
+  process recovers it: the service exits for its supervisor to start a fresh one.
 
 Libraries translate third-party exceptions into these at their edge and keep the cause
 (``raise BusUnavailable(...) from exc``). Messages say what was expected, what was found,
@@ -17,6 +19,7 @@ __all__ = [
     "BadDataError",
     "BusUnavailable",
     "ChecksumMismatch",
+    "ClientWedged",
     "ConfigError",
     "CrawlstreamError",
     "DiskBelowFloor",
@@ -54,6 +57,12 @@ class StorageUnavailable(TransientError):
 class DiskBelowFloor(StorageUnavailable):
     """The data disk has less free space than its floor (``CRAWLSTREAM_DATA_DIR_MIN_FREE_MB``):
     a write that could fail half-way on a full disk is refused before it starts (ADR 033)."""
+
+
+class ClientWedged(CrawlstreamError):
+    """A client library's blocking call (a Kafka commit) did not return within its deadline,
+    though the cluster's own failures are retried and bounded in time: the client is stuck. It
+    can be neither used nor closed, only dropped with its process."""
 
 
 class ShardNotOwned(CrawlstreamError):

@@ -82,3 +82,28 @@ def test_stop_returns_within_a_second(make_settings: Callable[..., Settings]) ->
         thread.join(5)
         assert not thread.is_alive() and time.monotonic() - started < 1.0
         compactor.close()
+
+
+def test_a_long_tick_beats_the_heartbeat_as_it_goes(tmp_path: Path) -> None:
+    """The soak's defect at small scale: a tick beat the heartbeat only before and after, so a
+    compaction plus build longer than the liveness probe's bound (300 s; thousands of small
+    files on a busy machine) was killed as hung, over and over. Now every lake prefix scanned,
+    partition compacted and version file written is a beat: the heartbeat's age is one step."""
+    domains = [f"site{i}.example" for i in range(40)]  # spread over many lake prefixes
+    for flush in range(3):  # three files per partition: every partition is compacted
+        write_files(tmp_path, [f"https://www.{d}/p/{flush}" for d in domains])
+    beats: list[float] = []
+    compactor = IndexCompactor(IndexBuilder(tmp_path), interval_s=60, compact_min_files=2,
+                               heartbeat=lambda: beats.append(time.monotonic()))
+    started = time.monotonic()
+    tick = compactor.run_once()
+    ended = time.monotonic()
+    assert tick.compaction is not None
+    partitions = tick.compaction.compacted_partitions
+    prefixes = len({p.parent.name for p in (tmp_path / "urls").rglob("*.parquet")})
+    assert partitions == prefixes > 10
+    # one beat per lake prefix of the first build, per partition compacted, per prefix of the
+    # build after it, and per version file step: never one long silence over the whole tick
+    assert len(beats) >= partitions + 2 * prefixes, (len(beats), partitions, prefixes)
+    gaps = [b - a for a, b in zip([started, *beats], [*beats, ended], strict=True)]
+    assert max(gaps) < (ended - started) / 4, gaps

@@ -173,8 +173,10 @@ class KafkaBus(Bus):
         linger_ms: int = 20,
         extra_config: Mapping[str, str] | None = None,
         policy: TopicPolicy | None = None,
+        commit_deadline_s: float = 120.0,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.commit_deadline_s = commit_deadline_s
         self._common: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "client.id": client_id,
@@ -197,6 +199,7 @@ class KafkaBus(Bus):
             linger_ms=settings.bus.linger_ms,
             extra_config=parse_kafka_extra_config(getattr(settings.bus, "kafka_extra_config", "")),
             policy=TopicPolicy.from_settings(settings),
+            commit_deadline_s=settings.bus.commit_deadline_s,
         )
 
     def producer_config(self) -> dict[str, Any]:
@@ -239,7 +242,8 @@ class KafkaBus(Bus):
     def consumer(self, group_id: str) -> KafkaConsumer:
         # A strategy set in extra_config is the operator's choice, for every subscription.
         chosen = "partition.assignment.strategy" in {**self._extra, **self._extra_consumer}
-        return KafkaConsumer(self.consumer_config(group_id), multi_topic_assignment=None if chosen else RANGE)
+        return KafkaConsumer(self.consumer_config(group_id), multi_topic_assignment=None if chosen else RANGE,
+                             commit_deadline_s=self.commit_deadline_s)
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:

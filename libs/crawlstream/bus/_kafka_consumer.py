@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from crawlstream.bus._base import Consumer, Message, PartitionsCallback, TopicPartition
 from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, retrying
-from crawlstream.errors import BusUnavailable
+from crawlstream.errors import BusUnavailable, ClientWedged
 
 __all__ = ["COOPERATIVE", "RANGE", "KafkaConsumer"]
 
@@ -74,10 +75,19 @@ class KafkaConsumer(Consumer):
     partition p of both, or two members would act for the same domains. Cooperative-sticky
     does not keep that: a member joining a group can be handed all of one topic and none of
     the other. Range assigns each topic alike (eagerly: a rebalance revokes everything first).
+
+    A synchronous commit gives up after ``commit_deadline_s`` (0: never) with ``ClientWedged``:
+    librdkafka can block in one forever after broker failovers (confluent-kafka-python #1801),
+    and a member stuck there holds its partitions while doing nothing.
     """
 
-    def __init__(self, config: Mapping[str, Any], *, multi_topic_assignment: str | None = RANGE) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], *, multi_topic_assignment: str | None = RANGE,
+        commit_deadline_s: float = 0.0,
+    ) -> None:
         self._config = dict(config)
+        self._commit_deadline_s = commit_deadline_s
+        self._wedged = False
         self._multi_topic_assignment = multi_topic_assignment
         self._client: Any = None
         self._positions: dict[TopicPartition, int] = {}
@@ -257,7 +267,8 @@ class KafkaConsumer(Consumer):
             """False if a rebalance rejected the whole commit (it is retried after the rebalance);
             KafkaException for ``retrying`` to judge; True otherwise."""
             try:
-                result = self._consumer.commit(offsets=request, asynchronous=False)
+                result = self._bounded(lambda: self._consumer.commit(offsets=request, asynchronous=False),
+                                       f"commit of {dict(offsets)}")
             except KafkaException as exc:
                 if self._rejected_by_rebalance(offsets, exc.args[0] if exc.args else None):
                     return False
@@ -274,6 +285,32 @@ class KafkaConsumer(Consumer):
         self._committed.update(offsets)
         for tp in offsets:
             self._commit_later.pop(tp, None)
+
+    def _bounded(self, call: Any, what: str) -> Any:
+        """``call()`` on a thread of its own, given up on after ``commit_deadline_s``: the thread
+        (a daemon) is left in the stuck C call and this consumer is marked wedged."""
+        if self._commit_deadline_s <= 0:
+            return call()
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def work() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="kafka-commit", daemon=True).start()
+        if not done.wait(self._commit_deadline_s):
+            self._wedged = True
+            raise ClientWedged(f"{what} did not return in {self._commit_deadline_s:g} s (bus.commit_deadline_s): "
+                               "the Kafka client is stuck")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
     def _rejected_by_rebalance(self, offsets: Mapping[TopicPartition, int], err: Any) -> bool:
         """Whether the group rejected this commit because it moved on to a new generation (a
@@ -365,6 +402,9 @@ class KafkaConsumer(Consumer):
             return
         self._closed = True
         if self._client is None:
+            return
+        if self._wedged:  # closing would wait on the stuck call: the process exit drops it
+            logger.warning("not closing a wedged Kafka consumer (its commit never returned)")
             return
         try:
             self._client.close()

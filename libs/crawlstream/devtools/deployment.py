@@ -46,6 +46,7 @@ __all__ = [
     "drained_check",
     "group_of",
     "groups_assigned",
+    "poll_until",
     "process_env",
     "wait_until",
     "web_inputs",
@@ -105,7 +106,9 @@ class ServiceProcess:
     terminated: bool = False
 
     @classmethod
-    def start(cls, name: str, env: Mapping[str, str], log: Path) -> ServiceProcess:
+    def start(cls, name: str, env: Mapping[str, str], log: Path, *, new_session: bool = False) -> ServiceProcess:
+        """``new_session``: its own session (Linux autogroup then shares the CPU between
+        sessions, as between the pods of a node: a benchmark of one member's rate wants that)."""
         with log.open("wb") as err:
             process = subprocess.Popen(
                 [sys.executable, "-m", "crawlstream", "service", name],
@@ -114,6 +117,7 @@ class ServiceProcess:
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 preexec_fn=die_with_parent,
+                start_new_session=new_session,
             )
         return cls(name, log, process)
 
@@ -311,10 +315,12 @@ def deploy(
             client.close()
 
 
-def wait_until(
-    condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]
-) -> None:
-    """Poll ``condition``; DeploymentError with the processes' logs on timeout or if one exits."""
+def poll_until(
+    condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess],
+    interval_s: float = CHECK_INTERVAL_S,
+) -> bool:
+    """Poll ``condition`` every ``interval_s``: True once it holds, False after ``timeout_s``;
+    DeploymentError with the logs if one of ``processes`` exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         dead = [p for p in processes if p.process.poll() is not None]
@@ -322,9 +328,18 @@ def wait_until(
             logs = "\n".join(p.tail() for p in dead)
             raise DeploymentError(f"a service process exited while waiting until {what}:\n{logs}")
         if time.monotonic() > deadline:
-            logs = "\n".join(p.tail() for p in processes)
-            raise DeploymentError(f"timed out after {timeout_s}s waiting until {what}:\n{logs}")
-        time.sleep(CHECK_INTERVAL_S)
+            return False
+        time.sleep(interval_s)
+    return True
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]
+) -> None:
+    """``poll_until``, and DeploymentError with the processes' logs on timeout."""
+    if not poll_until(condition, what, timeout_s, processes):
+        logs = "\n".join(p.tail() for p in processes)
+        raise DeploymentError(f"timed out after {timeout_s}s waiting until {what}:\n{logs}")
 
 
 def groups_assigned(processes: Sequence[ServiceProcess], partitions: int = PARTITIONS) -> bool:
@@ -340,14 +355,16 @@ def groups_assigned(processes: Sequence[ServiceProcess], partitions: int = PARTI
 
 
 def drained_check(
-    bus: KafkaBus, settings: Settings, redis: Redis, names: Sequence[str], partitions: int = PARTITIONS
+    bus: KafkaBus, settings: Settings, redis: Redis, names: Sequence[str], partitions: int = PARTITIONS,
+    required: int = 3,
 ) -> Callable[[], bool]:
-    """The drain check of ``crawlstream run``; an outage reads as "not drained yet". Call its
-    ``close`` when done."""
+    """The drain check of ``crawlstream run`` over other processes' groups (lag, the scheduler's
+    Redis state, lag again; ``required`` idle checks in a row); an outage reads as "not drained
+    yet". Call its ``close`` when done."""
     groups = dict(group_of(name) for name in names)
     probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
     reader = Scheduler.from_settings(settings, redis)
-    detector = DrainDetector(required=3)
+    detector = DrainDetector(required=required)
 
     def drained() -> bool:
         try:

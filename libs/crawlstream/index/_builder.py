@@ -39,7 +39,7 @@ import tempfile
 import time
 import uuid
 from collections import ChainMap, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,12 +160,16 @@ class IndexBuilder:
         scan_threads: int | None = None,
         clock: Any = time.time,
         index_store: ObjectStore | None = None,
+        progress: Callable[[], None] | None = None,
     ) -> None:
         """``root``: the lake's store (or a local directory); ``index_store``: the index's (default:
         the lake's). ``index``, ``lake``: the ``index.*`` and ``lake.*`` settings (taken whole;
         their defaults when None): a version has ``index.postings_shards`` postings blocks, garbage
         collection keeps ``index.keep_versions``, compaction writes ``lake.row_group_rows`` and
-        ``lake.zstd_level``. ``scan_threads``: lake files read at once (default 4 locally, 16 on S3)."""
+        ``lake.zstd_level``. ``scan_threads``: lake files read at once (default 4 locally, 16 on S3).
+        ``progress``: called as a build or compaction moves on (each lake prefix scanned, each
+        partition compacted, each file of the version written): the index-compactor's heartbeat,
+        so a build longer than the liveness probe's bound is not taken for a hung one."""
         self.lake_store = as_store(root)
         self.index_store = index_store if index_store is not None else self.lake_store
         self.index = index if index is not None else IndexSettings()
@@ -174,6 +178,7 @@ class IndexBuilder:
         # 1,536-file Reddit lake's scan 8.1 -> 6.2 s on loopback, 2 busy cores; more on a real network)
         self.scan_threads = scan_threads or (4 if self.lake_store.is_local else 16)
         self.clock = clock
+        self.progress = progress or (lambda: None)
 
     @property
     def shards(self) -> int:
@@ -438,7 +443,10 @@ class IndexBuilder:
         with ThreadPoolExecutor(self.scan_threads) as scan_pool, \
                 ThreadPoolExecutor(self._blocks_at_once) as pool:  # numpy, pyarrow, zstd drop the GIL
             units = sorted(set(jobs) | {int(f.hh, 16) for f in prev_files})  # a small lake has few prefixes
-            results = list(pool.map(lambda u: one(u, scan_pool), units))
+            results = []
+            for result in pool.map(lambda u: one(u, scan_pool), units):
+                results.append(result)
+                self.progress()
         if any(r.max_dataset >= 1 << 16 or r.max_card > 4096 for r in results):
             results = [respill_full(r, chunk=self._merge_chunk) for r in results]
         files = [f for f in prev_files if f.path not in dropped] + [scanned[next_id + i] for i in range(len(new))]
@@ -478,6 +486,7 @@ class IndexBuilder:
         out.mkdir(parents=True)
         try:
             merge_domains(results, out, spill, level=_ZSTD_LEVEL, chunk=self._merge_chunk)
+            self.progress()
             write_postings(results, out / "postings.bin", shards=self.shards, level=_POSTINGS_ZSTD_LEVEL,
                            workers=self._blocks_at_once)
             cctx = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
@@ -549,6 +558,7 @@ class IndexBuilder:
                     compact_partition(self.lake_store, ds, hh, paths,
                                       row_group_rows=self.lake.row_group_rows, zstd_level=self.lake.zstd_level)
                     done += 1
+                    self.progress()
             return self._build(full=False, compacted=done)
 
     # -- garbage collection ------------------------------------------------------------

