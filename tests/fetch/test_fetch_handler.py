@@ -111,3 +111,28 @@ def test_a_lost_partition_sends_nothing_for_its_fetches_in_flight(host: Host, we
         out.flush()
         handler.close()
     assert _sent(host) == []
+
+
+def test_the_sitemaps_a_dropped_fetch_read_are_reported_by_its_replay(host: Host, web: DemoWeb) -> None:
+    """The 3-broker kill test's loss (session 15, repetition round 1): a fetch read its host's
+    robots.txt, the partition was lost mid-fetch and the result dropped, the replay came back to
+    the same member, which had robots.txt cached and reported no sitemaps: a sitemap named only
+    there was never crawled. The replay (or the next fetch of the origin) reports them now."""
+    base = web.base_urls[2]
+    handler, out = _handler(host, web)
+    try:
+        _feed(handler, [f"{base}/slow"])  # robots.txt first (fast), then the slow page
+        deadline = time.monotonic() + 10
+        while handler._fetcher.robots.get(base) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert handler._fetcher.robots.get(base) is not None, "robots.txt was read"
+        handler.on_lost([TP])  # mid-fetch: this result is never sent
+        _feed(handler, [f"{base}/slow"])  # the replay, to this member again
+        _pump(handler, time.monotonic() + SLOW_S + 2)
+        assert handler.fetched == 1
+    finally:
+        out.flush()
+        handler.close()
+    [result] = _sent(host)
+    assert result.robots_sitemaps, "the replay reports the sitemaps the dropped fetch read"
+    assert set(result.robots_sitemaps) == set(web.model.robots_sitemaps(base.split("//", 1)[1]))

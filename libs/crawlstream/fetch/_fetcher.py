@@ -208,6 +208,7 @@ class Fetcher:
         self._ip_turn = KeyedSlots(1)
         self._clock = clock
         self.robots = RobotsCache(ttl_s=c.robots_cache_s)
+        self._sitemaps_owed: set[str] = set()  # origins whose robots sitemaps must be reported again
         self._robots_turn = KeyedSlots(1)  # one robots.txt fetch per origin, however many pages wait
         self.spacing = DomainSpacing(domain_spacing_s, cap_s=c.timeout_s)
         self._domain_turns = KeyedSlots(1)
@@ -341,8 +342,10 @@ class Fetcher:
                 self._check_target(url)
                 if self._obey_robots:
                     policy, fresh = await self._arobots_policy(session, url)
-                    if fresh:  # this attempt read robots.txt: report its sitemaps, once per origin
-                        sitemaps = robots_sitemaps(origin_of(url), policy)
+                    origin = origin_of(url)
+                    if fresh or origin in self._sitemaps_owed:  # report an origin's sitemaps once
+                        self._sitemaps_owed.discard(origin)
+                        sitemaps = robots_sitemaps(origin, policy)
                     decision = policy.decide(url, self.robots_agent)
                     crawl_delay_s = decision.crawl_delay_s
                     if not decision.allowed:
@@ -588,6 +591,13 @@ class Fetcher:
         return bytes(body), False, False
 
     # -- robots.txt ----------------------------------------------------------------
+
+    def owe_sitemaps(self, url: str) -> None:
+        """The result of a fetch of ``url`` was dropped (its partition was lost): if that fetch
+        read the origin's robots.txt, the sitemaps it named went with it, and the request's
+        replay finds robots.txt cached. The next fetch of the origin reports them again (the
+        deduper drops them if they were reported after all)."""
+        self._sitemaps_owed.add(origin_of(url))
 
     async def _arobots_policy(self, session: aiohttp.ClientSession, url: str) -> tuple[RobotsPolicy, bool]:
         """(the origin's policy, whether this call fetched robots.txt for it)."""

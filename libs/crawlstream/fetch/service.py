@@ -219,11 +219,14 @@ class FetchHandler(EventHandler):
             self._send_done(wait_s=self._wait_s)
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
-        # Another member owns them now and will fetch these again: send nothing for them.
+        # Another member owns them now and will fetch these again: send nothing for them. The
+        # replay may come back here, where robots.txt is cached: the sitemaps a dropped fetch
+        # read from it are owed to the next fetch of its origin.
         for tp in partitions:
             for started in self._started.pop(tp, {}).values():
                 started.dropped = True
                 self._count -= 1
+                self._fetcher.owe_sitemaps(started.request.url)
 
     def _send_done(self, wait_s: float) -> None:
         try:
