@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlstream.bus import KafkaBus
+from crawlstream.bus import KafkaBus, TopicPartition
 from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.errors import ClientWedged
 from crawlstream.runtime import EXIT_CLIENT_WEDGED
@@ -69,6 +69,44 @@ def test_a_commit_to_a_coordinator_that_does_not_answer_gives_up_at_its_deadline
             assert time.monotonic() - started < 2
         finally:
             os.kill(pid, signal.SIGCONT)
+        producer.close()
+        bus.close()
+
+
+def test_a_commit_from_a_rebalance_callback_returns(tmp_path: Path) -> None:
+    """Repetition round 1 of session 15: with the deadline, a commit made from ``on_revoke`` (a
+    member joined: an eager rebalance) never returned. confluent-kafka gates a consumer's use to
+    one thread: ``poll`` holds the gate while its rebalance callback runs, so a commit on the
+    deadline's own thread waited at the gate for a callback that waited for the commit. A call
+    made from inside ``poll``'s callbacks now runs on the polling thread itself."""
+    with LocalKafka(brokers=1, partitions=2, data_dir=tmp_path / "kafka") as kafka:
+        bus = KafkaBus(kafka.bootstrap_servers, commit_deadline_s=DEADLINE_S)
+        bus.create_topics(["revoke"], 2)
+        producer = bus.producer()
+        for i in range(20):
+            producer.produce("revoke", b"x", key=str(i).encode(), partition=i % 2)
+        producer.flush()
+        first = bus.consumer("g-revoke")
+        commits: list[float] = []
+
+        def on_revoke(partitions: list[TopicPartition]) -> None:
+            started = time.monotonic()
+            first.commit()  # what ServiceLoop does: commit what it finished while still owned
+            commits.append(time.monotonic() - started)
+
+        first.subscribe(["revoke"], on_revoke=on_revoke)
+        assert _consume(first, 20) == 20
+        second = bus.consumer("g-revoke")
+        second.subscribe(["revoke"])
+        deadline = time.monotonic() + 60
+        while not commits and time.monotonic() < deadline:  # the join revokes the first one's partitions
+            first.consume(10, 0.2)
+            second.consume(10, 0.2)
+        assert commits and commits[0] < DEADLINE_S, commits
+        assert first.committed([TopicPartition("revoke", 0), TopicPartition("revoke", 1)]) == {
+            TopicPartition("revoke", 0): 10, TopicPartition("revoke", 1): 10}
+        for c in (first, second):
+            c.close()
         producer.close()
         bus.close()
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import confluent_kafka
@@ -88,6 +89,7 @@ class KafkaConsumer(Consumer):
         self._config = dict(config)
         self._commit_deadline_s = commit_deadline_s
         self._wedged = False
+        self._polling: int | None = None  # the thread inside poll/consume (its callbacks run there)
         self._multi_topic_assignment = multi_topic_assignment
         self._client: Any = None
         self._positions: dict[TopicPartition, int] = {}
@@ -225,7 +227,8 @@ class KafkaConsumer(Consumer):
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                msg = self._consumer.poll(max(0.0, deadline - time.monotonic()))
+                with self._polling_here():
+                    msg = self._consumer.poll(max(0.0, deadline - time.monotonic()))
             except KafkaException as exc:
                 raise BusUnavailable(f"poll failed: {exc}") from exc
             self._retry_rejected_commit()
@@ -237,7 +240,8 @@ class KafkaConsumer(Consumer):
 
     def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
         try:
-            raw = self._consumer.consume(num_messages=max_messages, timeout=timeout_s)
+            with self._polling_here():
+                raw = self._consumer.consume(num_messages=max_messages, timeout=timeout_s)
         except KafkaException as exc:
             raise BusUnavailable(f"consume failed: {exc}") from exc
         self._retry_rejected_commit()
@@ -286,10 +290,22 @@ class KafkaConsumer(Consumer):
         for tp in offsets:
             self._commit_later.pop(tp, None)
 
+    @contextlib.contextmanager
+    def _polling_here(self) -> Iterator[None]:
+        self._polling = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._polling = None
+
     def _bounded(self, call: Any, what: str) -> Any:
         """``call()`` on a thread of its own, given up on after ``commit_deadline_s``: the thread
-        (a daemon) is left in the stuck C call and this consumer is marked wedged."""
-        if self._commit_deadline_s <= 0:
+        (a daemon) is left in the stuck C call and this consumer is marked wedged.
+
+        Not from a rebalance callback (``on_revoke`` commits): confluent-kafka lets one thread at a
+        time use a consumer, and ``poll`` holds it while its callbacks run, so a commit on another
+        thread would wait for the callback that waits for it. There the call runs in place."""
+        if self._commit_deadline_s <= 0 or self._polling == threading.get_ident():
             return call()
         done = threading.Event()
         outcome: list[Any] = []
