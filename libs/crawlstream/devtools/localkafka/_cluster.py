@@ -136,7 +136,7 @@ class LocalKafka:
     partitions: int = 8
     broker_config: Mapping[str, str] = field(default_factory=dict)
     libs: Path | None = None
-    start_timeout_s: float = 90.0
+    start_timeout_s: float = 180.0  # a 3-broker KRaft start on a busy 2-core machine outlasted 90 s (sessions 14-15)
     stop_timeout_s: float = 30.0
     log_level: str = "INFO"
     _nodes: list[_Node] = field(default_factory=list, init=False)
