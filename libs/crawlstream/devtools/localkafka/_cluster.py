@@ -384,6 +384,9 @@ class LocalKafka:
             [
                 _java(),
                 *_JVM_OPTIONS,
+                # a broker once ran out of its heap a minute after start (session 15): keep the evidence
+                "-XX:+HeapDumpOnOutOfMemoryError",
+                f"-XX:HeapDumpPath={node.directory / 'heap.hprof'}",
                 f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={node.directory}",
                 "-cp",
