@@ -57,20 +57,17 @@ def _page_cost(path: Path, domain: str, start: int, rows: int) -> float:
 
     import pyarrow.parquet as pq
 
+    from crawlstream.index._formats import inline_segments
     from crawlstream.index._reader import DICT_COLUMNS, ROW_COLUMNS
     from crawlstream.lake import segment_rows
 
     t = time.perf_counter()
     pf = pq.ParquetFile(str(path), read_dictionary=DICT_COLUMNS, page_checksum_verification=True)
     md = pf.metadata
-    bounds = list(itertools.accumulate((md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
-    pos, end = start, start + rows
-    while pos < end:
-        rg = max(i for i in range(md.num_row_groups) if bounds[i] <= pos)
-        take = min(end, bounds[rg + 1]) - pos
-        table = pf.read_row_group(rg, columns=ROW_COLUMNS, use_threads=False)
-        segment_rows(table, pos - bounds[rg], take, domain)
-        pos += take
+    starts = list(itertools.accumulate((md.row_group(i).num_rows for i in range(md.num_row_groups)), initial=0))
+    for s in inline_segments(0, start, rows, starts):  # the reader's own split at row-group starts
+        table = pf.read_row_group(s.row_group, columns=ROW_COLUMNS, use_threads=False)
+        segment_rows(table, s.row_start, s.row_count, domain)
     return time.perf_counter() - t
 
 
