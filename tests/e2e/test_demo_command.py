@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -56,6 +57,20 @@ def test_demo_crawls_indexes_and_answers_from_the_index(tmp_path: Path) -> None:
         (dataset,) = answer["datasets"]
         assert dataset["dataset_id"] == 1 and dataset["url_count"] == answer["total"] > 0
         assert all(url.startswith("http://") for url in answer["first_urls"])
+
+
+def test_demo_stopped_by_max_pages_answers_for_the_domains_it_did_not_reach(tmp_path: Path) -> None:
+    """One page of four domains: the sample names domains the index never saw, with no datasets."""
+    env = {**os.environ, "CRAWLSTREAM_CRAWL_MAX_PAGES": "1", "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": "0.05"}
+    cmd = [sys.executable, "-m", "crawlstream", "demo", "--no-serve", "--domains", "4", "--pages-per-domain", "3"]
+    proc = subprocess.run(
+        [*cmd, "--data-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary, _index, sample = (json.loads(line) for line in proc.stdout.splitlines())
+    assert summary["reason"] == "max_pages"
+    answers = sample["sample"]["answers"]
+    assert len(answers) == 3 and sum(1 for a in answers if not a["datasets"]) >= 2, answers
 
 
 def test_demo_refuses_a_taken_api_port_before_crawling(tmp_path: Path) -> None:

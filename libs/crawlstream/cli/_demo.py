@@ -124,8 +124,10 @@ def _sample_answers(reader: Any, settings: Settings, domains: list[str]) -> dict
         out: dict[str, Any] = {"index_version": index.version, "domains": index.domain_count()}
         answers: list[dict[str, Any]] = []
         for domain in domains:
-            # the crawl's alias rows (redirects, raw forms: ADR 024) are not a dataset users query
-            datasets = [d for d in index.datasets_for_domain(domain) if d.dataset_id not in ALIAS_DATASETS]
+            # None: a crawl stopped early (crawl.max_pages) may not have reached the domain.
+            # The alias rows (redirects, raw forms: ADR 024) are not a dataset users query.
+            known = index.datasets_for_domain(domain) or []
+            datasets = [d for d in known if d.dataset_id not in ALIAS_DATASETS]
             if not datasets:
                 answers.append({"domain": domain, "datasets": []})
                 continue
