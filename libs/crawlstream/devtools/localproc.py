@@ -20,7 +20,7 @@ from typing import Any
 
 from crawlstream.errors import ConfigError
 
-__all__ = ["die_with_parent", "find_cached", "free_port", "stop_processes"]
+__all__ = ["PortReservation", "die_with_parent", "find_cached", "free_port", "stop_processes"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,40 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class PortReservation:
+    """A loopback port kept from everyone else until :meth:`release`, for a server that binds it later.
+
+    :func:`free_port` lets go of its port at once, so the kernel may hand it to the next bind to
+    port 0 anywhere on the machine before our server listens. A 3-broker Kafka cluster takes
+    30-60 s from picking its ports to listening, and once a parallel test's server got one of
+    them in that window: every broker's Raft client read that server's reply as a Kafka response
+    size and died out of heap (ADR 034). Held as a bound, non-listening ``SO_REUSEADDR`` socket,
+    the port is skipped by every bind to port 0 and every outgoing connection, while a server that
+    sets ``SO_REUSEADDR`` (the JVM, Redis, uvicorn and ``http.server`` do) binds and listens on it.
+    """
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        """Reserve ``port`` (``OSError`` if another socket holds it), or a free one when 0."""
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+        except OSError:
+            self._sock.close()
+            raise
+        self.port = int(self._sock.getsockname()[1])
+
+    def release(self) -> None:
+        """Let others have the port again (its server, if running, keeps listening). Idempotent."""
+        self._sock.close()
+
+    def __enter__(self) -> PortReservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def die_with_parent() -> None:

@@ -4,7 +4,8 @@ Each node is one JVM running ``kafka.Kafka`` in combined mode (broker and contro
 3-node cluster has a 3-voter controller quorum that survives the loss of any one node, the
 shape the fault tests need. Ports are picked free on 127.0.0.1 at first start and kept in
 ``<data_dir>/cluster.json`` so a restart of the same data dir finds its brokers where
-clients left them.
+clients left them; they stay reserved (:class:`PortReservation`) from the pick until ``stop()``,
+so neither a slow start nor a killed broker's downtime lets another server take one.
 
 Ownership: every JVM is started by this process and stopped by PID (SIGTERM, then SIGKILL
 after a bound). A JVM also dies if this process dies, even by SIGKILL (``PR_SET_PDEATHSIG``),
@@ -30,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from crawlstream.devtools.localproc import die_with_parent, find_cached, free_port, stop_processes
+from crawlstream.devtools.localproc import PortReservation, die_with_parent, find_cached, stop_processes
 from crawlstream.durable import write_atomically
 from crawlstream.errors import BusUnavailable, ConfigError
 
@@ -78,10 +79,12 @@ def find_kafka_libs(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The directory of Kafka's jars: ``explicit``, ``$CRAWLSTREAM_KAFKA_LIBS``, or
     ``.cache/kafka/libs`` in the working directory or the checkout this package runs from."""
     return find_cached(
-        explicit, _LIBS_ENV, _CACHE_REL, lambda path: (path / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file(),
+        explicit,
+        _LIBS_ENV,
+        _CACHE_REL,
+        lambda path: (path / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file(),
         f"Apache Kafka {KAFKA_VERSION} jars not found: run `make kafka` in the checkout (fetches them with Maven)",
     )
-
 
 
 def _java() -> str:
@@ -143,6 +146,7 @@ class LocalKafka:
     _temp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
     _classpath: str = field(default="", init=False)
     _cluster_id: str = field(default="", init=False)
+    _reservations: list[PortReservation] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -246,6 +250,9 @@ class LocalKafka:
             if node.stdout is not None:
                 node.stdout.close()
                 node.stdout = None
+        for reservation in self._reservations:
+            reservation.release()
+        self._reservations.clear()
         if self._temp is not None:
             self._temp.cleanup()
             self._temp = None
@@ -285,15 +292,29 @@ class LocalKafka:
         nodes = []
         for i, node_id in enumerate(range(1, self.brokers + 1)):
             ports = recorded.get("ports", [])[i] if recorded else None
-            if not ports or not all(map(_port_is_free, ports)):
-                ports = [free_port(), free_port()]
-            nodes.append(_Node(node_id, ports[0], ports[1], root / f"node-{node_id}"))
+            held = self._reserve(ports) if ports else None
+            held = held or [PortReservation(), PortReservation()]
+            self._reservations += held
+            nodes.append(_Node(node_id, held[0].port, held[1].port, root / f"node-{node_id}"))
         cluster_id = recorded.get("cluster_id") or self._random_cluster_id()
         ports = [[n.port, n.controller_port] for n in nodes]
         state = {"brokers": self.brokers, "cluster_id": cluster_id, "ports": ports}
         write_atomically(state_file, json.dumps(state).encode())  # a kill mid-write must not leave half of it
         self._cluster_id = cluster_id
         return nodes
+
+    @staticmethod
+    def _reserve(ports: list[int]) -> list[PortReservation] | None:
+        """Reservations of every one of ``ports``, or None (none kept) if another socket holds one."""
+        held: list[PortReservation] = []
+        try:
+            for port in ports:
+                held.append(PortReservation(port))
+        except OSError:
+            for reservation in held:
+                reservation.release()
+            return None
+        return held
 
     @staticmethod
     def _random_cluster_id() -> str:
