@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from crawlstream.devtools.localproc import die_with_parent, find_cached, free_port, stop_processes
+from crawlstream.devtools.localproc import PortReservation, die_with_parent, find_cached, stop_processes
 from crawlstream.errors import BusUnavailable, ConfigError
 
 __all__ = ["APICURIO_VERSION", "CCOMPAT_PATH", "LocalSchemaRegistry", "find_registry_java", "find_schema_registry"]
@@ -153,7 +153,9 @@ class LocalSchemaRegistry:
         java = find_registry_java(self.java)
         self._temp = tempfile.TemporaryDirectory(prefix="crawlstream-schema-registry-")
         work = Path(self._temp.name)
-        self._port, management_port = free_port(), free_port()
+        # held until the JVM listens: its start takes long enough for another server to be given them
+        reservations = [PortReservation(), PortReservation()]
+        self._port, management_port = (r.port for r in reservations)
         self._log = open(work / "registry.log", "ab")  # noqa: SIM115 (closed in stop())
         started = time.monotonic()
         try:
@@ -184,6 +186,9 @@ class LocalSchemaRegistry:
         except BaseException:
             self.stop()
             raise
+        finally:
+            for reservation in reservations:
+                reservation.release()
         logger.info("Apicurio Registry %s ready in %.1fs at %s", APICURIO_VERSION, time.monotonic() - started, self.url)
         return self
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from crawlstream.devtools.localproc import die_with_parent, find_cached, free_port, stop_processes
+from crawlstream.devtools.localproc import PortReservation, die_with_parent, find_cached, stop_processes
 from crawlstream.errors import StorageUnavailable
 
 __all__ = ["VERSITYGW_VERSION", "LocalS3", "find_versitygw"]
@@ -71,6 +71,9 @@ class LocalS3:
         self.secret_key = secrets.token_hex(16)
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        # held from the first start until a stop that lets the data go, so the port an outage
+        # test restarts on is still ours (ADR 034: PortReservation)
+        self._reservation: PortReservation | None = None
 
     # -- facts ---------------------------------------------------------------------------
 
@@ -117,8 +120,9 @@ class LocalS3:
             self.objects_dir.mkdir(parents=True, exist_ok=True)
             for bucket in self.buckets:  # a directory at the top of the posix backend is a bucket
                 (self.objects_dir / bucket).mkdir(exist_ok=True)
-        if not self.port:
-            self.port = free_port()
+        if self._reservation is None:
+            self._reservation = PortReservation(self.port)
+            self.port = self._reservation.port
         self._spawn()
         return self
 
@@ -174,6 +178,9 @@ class LocalS3:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
             self.port = 0
+        if not keep_data and self._reservation is not None:
+            self._reservation.release()
+            self._reservation = None
 
     def __enter__(self) -> LocalS3:
         return self.start()
