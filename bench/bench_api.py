@@ -29,7 +29,6 @@ import contextlib
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,20 +39,13 @@ from typing import Any
 
 from bench._harness import REPO, drop_page_cache, latency_ms, main
 from bench.bench_index import N_DATASETS
+from crawlstream.devtools.localproc import free_port
 
 CONCURRENCY = 16
 
 
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_server(root: Path, threads: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "CRAWLSTREAM_DATA_DIR": str(root),
@@ -238,8 +230,9 @@ def _measure(
     finally:
         for proc, _ in procs.values():
             _stop(proc)
-    out["cold"] = _cold(root, {"domain": scenarios["domain"], "first_page": scenarios["first_page"],
-                               "deep_page": spread}, 30)
+    out["cold"] = _cold(
+        root, {"domain": scenarios["domain"], "first_page": scenarios["first_page"], "deep_page": spread}, 30
+    )
     return out
 
 

@@ -7,7 +7,6 @@ that a dashboard's PromQL may name.
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
@@ -114,12 +113,6 @@ def merged(scrapes: Iterable[Scrape]) -> Scrape:
         types.update(s.types)
         samples.extend(s.samples)
     return Scrape(types, tuple(samples))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def is_drained(s: Scrape, groups: Iterable[str]) -> bool:

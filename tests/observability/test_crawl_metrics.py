@@ -33,7 +33,6 @@ from metrics_support import (
     POLITENESS_FAMILIES,
     STORE_FAMILIES,
     Scrape,
-    free_port,
     scrape,
     wait_drained,
 )
@@ -42,6 +41,7 @@ from crawlstream.bus import open_bus
 from crawlstream.cli._run import DEFAULT_SERVICES, run_crawl
 from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
 from crawlstream.devtools.localkafka import LocalKafka
+from crawlstream.devtools.localproc import free_port
 from crawlstream.events import EventCodec
 from crawlstream.roles import role
 from crawlstream.runtime import open_host
