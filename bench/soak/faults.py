@@ -65,12 +65,15 @@ def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = 
         return  # already down, or the cluster would be: an outage is another test's fault
     kafka.kill(node, signal.SIGKILL)
     fault = soak.record(kind, target, detail or f"restart in {restore_s:.0f} s")
+    soak.broker_down_by[node] = fault
 
     def back() -> None:  # in the background: a restart waits until the node answers (seconds)
         def restart() -> None:
-            # ``restart`` waits for every running node: one killed meanwhile by another fault
-            # fails that wait, though this node is up; retry only while this one is not.
+            # Retried while the node is not up, unless a later fault killed it again as it
+            # started: that fault's own restart brings it back, after its own delay.
             for _ in range(10):
+                if soak.broker_down_by.get(node) is not fault:
+                    break
                 try:
                     kafka.restart(node)
                 except Exception as exc:

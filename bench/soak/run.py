@@ -156,6 +156,7 @@ class Soak:
         self.client: ApiClient | None = None
         self.sampler_threads: list[threading.Thread] = []
         self.unclean_exits: list[str] = []  # members SIGTERM did not stop (the wind-down's)
+        self.broker_down_by: dict[int, FaultRecord] = {}  # the fault that last killed each broker
         # Work that waits (a broker restart waits until the node answers) runs on one thread that
         # lives as long as the soak: a child dies with the *thread* that started it (the
         # PR_SET_PDEATHSIG of ``die_with_parent``), so a short-lived thread would take its broker

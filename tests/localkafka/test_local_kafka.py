@@ -3,6 +3,7 @@ keeps its data across restarts when given a directory, and stops every JVM it st
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import select
 import signal
@@ -125,3 +126,17 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
     draws = iter([dash_first, uuid.UUID(int=1)])
     monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
     assert LocalKafka._random_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+def test_a_restart_waits_out_another_broker_killed_while_it_waits() -> None:
+    """The soak's overlapping faults: broker 2 killed while broker 3's restart waits for it to
+    answer. The restart is done when broker 3 is back, not failed because broker 2 is gone."""
+    with LocalKafka(brokers=3) as kafka:
+        kafka.kill(3)
+        restarting = concurrent.futures.ThreadPoolExecutor(1).submit(kafka.restart, 3)
+        time.sleep(0.5)  # broker 3's JVM is still starting: no metadata answer for seconds
+        assert not restarting.done()
+        kafka.kill(2)
+        restarting.result(timeout=kafka.start_timeout_s)
+        assert kafka.pid_of(3) is not None and kafka.pid_of(2) is None
+        kafka.restart(2)

@@ -115,6 +115,7 @@ class _Node:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     stdout: Any = None
+    killed: bool = False  # stopped by kill(), not by a failed start
 
     @property
     def address(self) -> str:
@@ -201,6 +202,9 @@ class LocalKafka:
         pending = [node for node in self._nodes if node.running]
         while pending:
             for node in list(pending):
+                if node.killed:  # by a fault injector while we waited (the soak's overlapping faults)
+                    pending.remove(node)
+                    continue
                 self._check_alive(node)
                 if self._answers_metadata(node):
                     pending.remove(node)
@@ -231,6 +235,7 @@ class LocalKafka:
         node = self._node(node_id)
         if not node.running or node.process is None:
             return
+        node.killed = True
         stop_processes([node.process], self.stop_timeout_s, f"Kafka node {node_id}", sig)
         logger.info("Kafka node %d stopped (signal %s)", node_id, signal.Signals(sig).name)
 
@@ -400,6 +405,7 @@ class LocalKafka:
                 raise BusUnavailable(f"port {port} of Kafka node {node.node_id} is taken by another process")
         if node.stdout is not None:
             node.stdout.close()
+        node.killed = False
         node.stdout = open(node.directory / "stdout.log", "ab")  # noqa: SIM115 (closed in stop())
         node.process = subprocess.Popen(
             [
