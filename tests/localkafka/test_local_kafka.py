@@ -131,9 +131,10 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
 def test_a_restart_waits_out_another_broker_killed_while_it_waits() -> None:
     """The soak's overlapping faults: broker 2 killed while broker 3's restart waits for it to
     answer. The restart is done when broker 3 is back, not failed because broker 2 is gone."""
-    with LocalKafka(brokers=3) as kafka:
+    # the pool outlives the restart: a JVM dies with the thread that started it (PR_SET_PDEATHSIG)
+    with LocalKafka(brokers=3) as kafka, concurrent.futures.ThreadPoolExecutor(1) as pool:
         kafka.kill(3)
-        restarting = concurrent.futures.ThreadPoolExecutor(1).submit(kafka.restart, 3)
+        restarting = pool.submit(kafka.restart, 3)
         time.sleep(0.5)  # broker 3's JVM is still starting: no metadata answer for seconds
         assert not restarting.done()
         kafka.kill(2)
