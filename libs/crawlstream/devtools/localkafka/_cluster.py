@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -96,15 +95,14 @@ def _java() -> str:
 
 
 def _port_is_free(port: int) -> bool:
-    """Whether a listener could bind ``port`` now. SO_REUSEADDR as the JVM sets it: a restarted
-    broker's port still has connections in TIME_WAIT, which do not stop it listening again."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+    """Whether a listener could bind ``port`` now. SO_REUSEADDR as the JVM sets it (a reservation
+    does): a restarted broker's port still has connections in TIME_WAIT, and our own reservation
+    holds it, neither of which stops it listening again."""
+    try:
+        PortReservation(port).release()
+    except OSError:
+        return False
+    return True
 
 
 @dataclass
