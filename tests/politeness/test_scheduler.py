@@ -289,6 +289,24 @@ def test_an_expired_lease_is_retried_as_a_timeout(make_scheduler: MakeScheduler,
     assert s.stats["leases_expired"] == 1
 
 
+def test_a_lease_runs_out_by_how_far_the_results_were_read_not_by_the_wall_clock(
+    make_scheduler: MakeScheduler, clock: ManualClock
+) -> None:
+    """ADR 035: long past its deadline, a ticket whose result may still be unread stays."""
+    s = make_scheduler(lease_s=60)
+    s.enqueue(0, _entries("a.example", 1))
+    (ticket,) = s.due(0)
+    clock.advance(600)
+    assert s.due_all([0], expire_through={}) == []  # nothing known of partition 0: nothing expires
+    assert s.due_all([0], expire_through={0: ticket.lease_deadline_ms - 1}) == []
+    assert s.stats["leases_expired"] == 0
+    assert s.due_all([0], expire_through={0: ticket.lease_deadline_ms}) == []  # reclaimed; back-off first
+    assert s.stats["leases_expired"] == 1
+    clock.advance(3600)
+    (again,) = s.due_all([0], expire_through={0: clock.now_ms})
+    assert again.url == ticket.url and again.entry.attempt == 1
+
+
 def test_a_completion_without_a_ticket_changes_nothing(make_scheduler: MakeScheduler) -> None:
     s = make_scheduler()
     assert s.complete(0, "a.example", "https://a.example/never", OK) == []

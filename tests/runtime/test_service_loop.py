@@ -68,7 +68,9 @@ def _send(bus: Bus, codec: EventCodec, events: list[DiscoveredUrl]) -> None:
     producer.close()
 
 
-def _loop(bus: Bus, codec: EventCodec, handler: EventHandler, group: str = "svc", **kw: Any) -> ServiceLoop:
+def _loop(
+    bus: Bus, codec: EventCodec, handler: EventHandler, group: str = "svc", batch_size: int = 100, **kw: Any
+) -> ServiceLoop:
     return ServiceLoop(
         service="test",
         consumer=bus.consumer(group),
@@ -76,7 +78,7 @@ def _loop(bus: Bus, codec: EventCodec, handler: EventHandler, group: str = "svc"
         codec=codec,
         handler=handler,
         dlq_producer=bus.producer(),
-        batch_size=100,
+        batch_size=batch_size,
         poll_timeout_s=0.2,
         **kw,
     )
@@ -226,3 +228,38 @@ def test_end_batch_runs_even_when_nothing_arrives(bus: Bus, codec: EventCodec) -
         for _ in range(3):
             assert loop.run_once() == 0
     assert handler.batches == 3
+
+
+def test_caught_up_names_the_partitions_read_to_their_end_as_of_before_the_ends_were_read(
+    bus: Bus, codec: EventCodec
+) -> None:
+    """The scheduler's lease clock (ADR 035): a partition is reported only once every message
+    in it is handled, with a time taken before its end was read."""
+
+    class CatchUps(RecordingHandler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read: dict[int, int] = {}  # partition -> messages handled
+            self.caught: list[tuple[dict[int, int], int]] = []  # (handled per caught partition, as of)
+
+        def handle(self, event: Any, message: Message) -> None:
+            super().handle(event, message)
+            self.read[message.partition] = self.read.get(message.partition, 0) + 1
+
+        def caught_up(self, partitions: list[TopicPartition], as_of_ms: int) -> None:
+            self.caught.append(({tp.partition: self.read.get(tp.partition, 0) for tp in partitions}, as_of_ms))
+
+    events = [_url(n, f"d{n}.example") for n in range(40)]
+    sent_ms = int(time.time() * 1000)
+    _send(bus, codec, events)
+    ends = bus.end_offsets(SOURCE)
+    assert sum(1 for end in ends if end > 0) > 1
+    handler = CatchUps()
+    loop = _loop(bus, codec, handler, batch_size=1, end_offsets=bus.end_offsets, lag_interval_s=0.0)
+    _run_until(loop, lambda: len(handler.handled) == len(events))
+    loop.run_once()
+    for caught, as_of_ms in handler.caught:
+        assert all(handled == ends[p] for p, handled in caught.items())  # never one with messages left
+        assert as_of_ms >= sent_ms
+    assert len({frozenset(c) for c, _ in handler.caught}) > 1  # partitions joined as they were read
+    assert set(handler.caught[-1][0]) == {tp.partition for tp in handler.assigned}

@@ -2,7 +2,8 @@
 
 ``Scheduler`` is the library the scheduler service drives; see its module (``_scheduler``)
 docstring for the caller's contract and ``_keys`` for the Redis layout; ``ReplayFence`` is the
-fetcher's check of a replayed request against the scheduler's tickets.
+fetcher's check of a replayed request against the scheduler's tickets; ``ResultsWatermark`` is
+how far the service has read ``fetch.results``, the clock its tickets' leases run out by.
 ``send_refetch`` sends URLs past dedupe to be fetched again (``crawlstream refetch``);
 ``Validators`` is what a page's last response said, kept for its revisit (ADR 022).
 ``RedisIpGate`` spaces requests per IP address across fetchers (``fetch.per_ip_delay_s``).
@@ -30,6 +31,7 @@ from crawlstream.politeness._state import (
     FetchOutcome,
     FetchTicket,
 )
+from crawlstream.politeness._watermark import ResultsWatermark
 
 __all__ = [
     "BACKOFF_ERRORS",
@@ -48,6 +50,7 @@ __all__ = [
     "RedisIpGate",
     "RefetchBatch",
     "ReplayFence",
+    "ResultsWatermark",
     "RevisitFiles",
     "Scheduler",
     "Validators",

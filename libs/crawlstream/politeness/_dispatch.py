@@ -10,7 +10,7 @@ URL once the lease expires.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -37,15 +37,18 @@ class Dispatcher:
     def __init__(self, ctx: SchedulerContext) -> None:
         self._ctx = ctx
 
-    def claim(self, partitions: Sequence[int], now: int, limit: int, reclaim: Reclaim) -> Claimed:
+    def claim(
+        self, partitions: Sequence[int], now: int, limit: int, reclaim: Reclaim, expiry: Mapping[int, int]
+    ) -> Claimed:
         """Claim up to ``limit`` due domains of each partition, in one round trip that also finds
-        the partition's expired leases; those go to ``reclaim(partition, fields)`` (before the
+        the partition's leases that ended by ``min(now, expiry[partition])`` (none where
+        ``expiry`` has no entry); those go to ``reclaim(partition, fields)`` (before the
         dispatch), and a partition whose claim answers FENCED is fenced here."""
         pipe = self._ctx.redis.pipeline(transaction=False)
         lim = self._ctx.limits
         for partition in partitions:
             keys = PartitionKeys(partition)
-            pipe.zrangebyscore(keys.leases, "-inf", now, start=0, num=limit)
+            pipe.zrangebyscore(keys.leases, "-inf", min(now, expiry.get(partition, -1)), start=0, num=limit)
             args = [now, limit, lim.max_in_flight, lim.max_pages, keys.hash_prefix, HEADER_SIZE]
             token = self._ctx.ownership.token(partition)
             self._ctx.scripts.claim(keys=[keys.ready, keys.pready, keys.owner], args=[*args, token], client=pipe)

@@ -94,7 +94,8 @@ class Scheduler:
     Retry-After is honoured up to the same cap. A URL is retried ``max_retries`` times at
     most; deeper than ``max_depth`` it is never stored; beyond ``max_pages_per_domain``
     dispatches a domain is not scheduled again. A ticket not completed within ``lease_s``
-    counts as a timeout (its request was lost). Files are compacted once at least
+    counts as a timeout (its request was lost): by the wall clock, or by how far the caller has
+    read the results (``due_all(expire_through=...)``, ADR 035). Files are compacted once at least
     ``compact_min_bytes`` and more than half of them are consumed. ``revisit_after_s`` > 0
     re-fetches every fetched page that long after its fetch, conditionally (ADR 022; 0 = never,
     the default); revisits count against the page budget like any request.
@@ -358,8 +359,20 @@ class Scheduler:
         """
         return self.due_all([partition], now_ms, limit)
 
-    def due_all(self, partitions: Sequence[int], now_ms: int | None = None, limit: int = 100) -> list[FetchTicket]:
-        """``due`` over several partitions (``limit`` domains each) in two Redis round trips."""
+    def due_all(
+        self,
+        partitions: Sequence[int],
+        now_ms: int | None = None,
+        limit: int = 100,
+        *,
+        expire_through: Mapping[int, int] | None = None,
+    ) -> list[FetchTicket]:
+        """``due`` over several partitions (``limit`` domains each) in two Redis round trips.
+
+        ``expire_through`` (``ResultsWatermark.bounds``): per partition, the time up to which
+        every result has been read; a ticket expires only once that has passed its deadline
+        (none of a partition missing from it). None: by the wall clock (``now``).
+        """
         now = self.now_ms() if now_ms is None else now_ms
         ordered = sorted(set(partitions) - self.fenced)
         if not ordered:
@@ -368,7 +381,8 @@ class Scheduler:
             try:
                 if self._ctx.planner is not None:
                     self._ctx.planner.release(ordered, now, self.enqueue)
-                claimed = self._dispatcher.claim(ordered, now, limit, self._reclaim_expired)
+                expiry = {p: now for p in ordered} if expire_through is None else expire_through
+                claimed = self._dispatcher.claim(ordered, now, limit, self._reclaim_expired, expiry)
                 if not claimed:
                     return []
                 return self._dispatcher.dispatch(claimed, now)
@@ -402,8 +416,8 @@ class Scheduler:
                 raise RedisUnavailable(f"complete() on scheduler partitions {ordered} failed ({exc})") from exc
 
     def _reclaim_expired(self, partition: int, expired: Sequence[Any]) -> None:
-        """Tickets whose lease ran out were lost on the way (a crash before produce): time them
-        out through ``complete``, like a result that said so."""
+        """Tickets whose lease ran out were lost on the way (a crash before produce, a fetcher
+        that dropped them): time them out through ``complete``, like a result that said so."""
         for field in expired:
             domain, url = as_text(field).split("\n", 1)
             self.stats["leases_expired"] += 1

@@ -8,6 +8,9 @@ request for each. A revisit's request carries the page's previous validators (AD
 sent by ``crawlstream refetch`` (source ``refetch``) are fetched unconditionally. A URL with a
 ``priority`` above 0 waits in its domain's priority lane, fetched before the domain's other URLs
 (ADR 016).
+A ticket's lease runs out by how far the member has read ``fetch.results`` (the result
+produced latest, or the partition's end once caught up), not by the wall clock: a member
+behind on its input does not time out requests whose results are waiting for it (ADR 035).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from crawlstream.politeness import (
     REFETCH_SOURCE,
     ROBOTS_UNAVAILABLE_ERROR,
     FetchOutcome,
+    ResultsWatermark,
     Scheduler,
     Validators,
 )
@@ -95,24 +99,34 @@ class ScheduleHandler(EventHandler):
         self._incoming: dict[int, list[FrontierEntry]] = {}
         self._forced: dict[int, list[FrontierEntry]] = {}  # crawlstream refetch: unconditional
         self._results: dict[int, list[tuple[str, str, FetchOutcome]]] = {}
+        self._read = ResultsWatermark()  # the lease clock (ADR 035)
+        self._produced_at: dict[int, int] = {}  # this batch's latest result per partition
         self._touched: set[int] = set()  # partitions whose frontier files were appended to
         self.requested = 0
 
     def on_assign(self, partitions: list[TopicPartition]) -> None:
         for p in {tp.partition for tp in partitions} - self._owned:
             self._scheduler.load_partition(p)
+            self._read.forget(p)
             self._owned.add(p)
 
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         for p in {tp.partition for tp in partitions} & self._owned:
             self._scheduler.flush_partition(p)
             self._scheduler.drop_partition(p)
+            self._read.forget(p)
             self._owned.discard(p)
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         for p in {tp.partition for tp in partitions} & self._owned:
             self._scheduler.drop_partition(p)
+            self._read.forget(p)
             self._owned.discard(p)
+
+    def caught_up(self, partitions: list[TopicPartition], as_of_ms: int) -> None:
+        for tp in partitions:
+            if tp.topic == FETCH_RESULTS and tp.partition in self._owned:
+                self._read.caught_up(tp.partition, as_of_ms)
 
     def handle(self, event: DiscoveredUrl | FetchResult, message: Message) -> None:
         if isinstance(event, DiscoveredUrl):
@@ -128,6 +142,9 @@ class ScheduleHandler(EventHandler):
             into.setdefault(message.partition, []).append(entry)
             return
         self._results.setdefault(message.partition, []).append((event.domain, event.url, to_outcome(event)))
+        produced_at = message.timestamp_ms or event.fetched_at_ms
+        if produced_at > self._produced_at.get(message.partition, -1):
+            self._produced_at[message.partition] = produced_at
 
     def end_batch(self) -> None:
         # 1. close the tickets of the results (complete appends retries to the frontier files
@@ -139,6 +156,9 @@ class ScheduleHandler(EventHandler):
             self._scheduler.complete_all(self._results)
             self._touched.update(self._results)
             self._results.clear()
+            for partition, produced_at in self._produced_at.items():
+                self._read.read(partition, produced_at)
+            self._produced_at.clear()
         for partition, entries in self._incoming.items():
             self._scheduler.enqueue(partition, entries)
             self._touched.add(partition)
@@ -148,7 +168,8 @@ class ScheduleHandler(EventHandler):
             self._touched.add(partition)
         self._forced.clear()
         now_ms = int(time.time() * 1000)
-        for ticket in self._scheduler.due_all(sorted(self._owned), limit=self._due_limit):
+        due = self._scheduler.due_all(sorted(self._owned), limit=self._due_limit, expire_through=self._read.bounds())
+        for ticket in due:
             entry = ticket.entry
             previous = ticket.validators or Validators()
             self._out.send(

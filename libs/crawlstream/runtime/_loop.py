@@ -100,6 +100,10 @@ class EventHandler:
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         """Partitions already owned by someone else: drop their state, write nothing."""
 
+    def caught_up(self, partitions: list[TopicPartition], as_of_ms: int) -> None:
+        """Owned partitions whose every message produced before ``as_of_ms`` (epoch ms) has been
+        handled: their log end, read at that time, was reached (the lag sample, between batches)."""
+
 
 class LoopMetrics:
     """The loops' metrics of one registry, shared by every loop of a process (labelled by
@@ -173,7 +177,8 @@ class ServiceLoop:
     committed offset (its own last commit; the group's, read once, for a partition it has not
     committed yet), labelled ``group``; a partition it no longer owns loses its series (ADR 019).
     ``samplers`` are called at the same interval, on the loop's thread, with the partitions it
-    owns (a service's own gauges: the scheduler's ready domains).
+    owns (a service's own gauges: the scheduler's ready domains); so is the handler's
+    ``caught_up`` with the owned partitions read to their end (the scheduler's lease clock).
     ``disk_floor``: pause while the data disk is below it (module docstring; None: never).
     """
 
@@ -398,6 +403,7 @@ class ServiceLoop:
     def _sample_lag(self, owned: list[TopicPartition], end_offsets: Callable[[str], Sequence[int]]) -> None:
         """One end-offsets request per topic (and, for owned partitions not committed by this loop
         yet, one read of the group's commits), then set the gauges."""
+        as_of_ms = int(time.time() * 1000)  # before the ends are read: all produced earlier is below them
         try:
             ends = {topic: end_offsets(topic) for topic in sorted({tp.topic for tp in owned})}
             unknown = [tp for tp in owned if tp not in self._committed and tp not in self._group_committed]
@@ -409,12 +415,17 @@ class ServiceLoop:
             logger.debug("%s: lag not sampled: %s", self._service, exc)
             return
         gauge = self._metrics.consumer_lag
+        caught_up: list[TopicPartition] = []
         for tp in owned:
             end = ends[tp.topic][tp.partition]
             committed = self._committed.get(tp, self._group_committed.get(tp, 0))
             gauge.labels(self._group, tp.topic, str(tp.partition)).set(max(0, end - committed))
+            if self._consumed.get(tp, committed) >= end:
+                caught_up.append(tp)
         self._drop_lag(list(self._lag_reported - set(owned)))
         self._lag_reported = set(owned)
+        if caught_up:
+            self._handler.caught_up(caught_up, as_of_ms)
 
     def _drop_lag(self, partitions: Sequence[TopicPartition]) -> None:
         """Remove the lag series of partitions this member no longer owns (the new owner reports them)."""

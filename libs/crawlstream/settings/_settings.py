@@ -158,7 +158,8 @@ class SchedulerSettings:
     lease_s: float = setting(
         600.0,
         "a fetch request not answered within this many seconds counts as a timeout (lost request) "
-        "and is retried; keep it well above fetch.timeout_s",
+        "and is retried, once the scheduler has read every result produced in that time (ADR 035); "
+        "keep it well above fetch.timeout_s",
         check=positive,
     )
     compact_min_bytes: int = setting(
