@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.soak.chaos import ChaosPlan
 from bench.soak.client import ApiClient
-from bench.soak.invariants import listing_check, page_requests, politeness, repeats, served_pages
+from bench.soak.invariants import listing_check, page_requests, politeness, repeats, retry_pending, served_pages
 from crawlstream.bus import KafkaBus
 from crawlstream.crawl import LagProbe
 from crawlstream.devtools.deployment import group_of, groups_assigned
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("bench.soak")
 SETTLE_S = 300.0  # bound on each step of the wind-down
-RETRIED = ("timeout", "connect_error", "error")  # failures of a page the web answered 200: retried
 
 
 def _until(soak: Soak, condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_S) -> bool:
@@ -106,32 +105,34 @@ def _drain(soak: Soak, names: tuple[str, ...], what: str) -> bool:
         bus.close()
 
 
-def pending_retries(settings: Settings, urls: set[str]) -> dict[str, str]:
-    """Of ``urls``, those whose last fetch result is a failure the scheduler retries (a time-out
-    while the web, loaded, still logged a 200): the crawl was stopped before their retry. Read
-    from ``fetch.results`` once, from the start."""
+def last_results(settings: Settings, urls: set[str], timeout_s: float = 1800.0) -> tuple[dict[str, Any], int]:
+    """The last ``fetch.results`` event of each of ``urls`` as ``(outcome, error, attempt)``,
+    read once from the start, every message decoded; and how many messages were left unread
+    when ``timeout_s`` ran out (0: the answer is complete)."""
     if not urls:
-        return {}
+        return {}, 0
     bus = KafkaBus.from_settings(settings)
     codec = EventCodec.from_settings(settings)
-    ends = bus.end_offsets(FETCH_RESULTS)
+    total = sum(bus.end_offsets(FETCH_RESULTS))
     consumer = bus.consumer(f"soak-check-{time.monotonic_ns()}")
-    last: dict[str, str] = {}
+    last: dict[str, Any] = {}
+    seen = 0
     try:
         consumer.subscribe([FETCH_RESULTS])
-        seen, deadline = 0, time.monotonic() + 600
-        while seen < sum(ends) and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout_s
+        while seen < total and time.monotonic() < deadline:
             batch = consumer.consume(1000, 0.5)
             seen += len(batch)
             for message in batch:
-                if any(u.encode() in message.value for u in urls):
-                    result = codec.decode(message.value, FetchResult)
-                    if result.url in urls:
-                        last[result.url] = f"{result.outcome} ({result.error})"
+                result = codec.decode(message.value, FetchResult)
+                if result.url in urls:
+                    last[result.url] = (result.outcome, result.error, result.attempt)
     finally:
         consumer.close()
         bus.close()
-    return {u: o for u, o in last.items() if o.split(" ")[0] in RETRIED}
+    if seen < total:
+        logger.error("final checks: read %d of %d fetch.results events in %.0f s", seen, total, timeout_s)
+    return last, total - seen
 
 
 def _publish_staging(soak: Soak, timeout_s: float = 120.0) -> bool:
@@ -205,7 +206,8 @@ def final_checks(
         stats, report = store.stats(), store.verify()
     finally:
         store.close()
-    pending = pending_retries(settings, served - stored)
+    last, unread = last_results(settings, served - stored)
+    pending = retry_pending(last, max_retries)
     lost = served - stored - set(pending)
     _build(where.env)
     domains = sorted(where.web.model.domains)
@@ -227,6 +229,7 @@ def final_checks(
         "unclean_exits": soak.unclean_exits,
         "pages": {"served_200_reachable": len(served), "served_200_unreachable": len(unreachable),
                   "stored": len(stored), "pending_retry": len(pending), "lost": len(lost),
+                  "results_unread": unread,
                   "store_urls": stats.urls, "store_damaged": len(report.problems),
                   "lost_examples": sorted(lost)[:20], "pending_examples": dict(sorted(pending.items())[:10])},
         "listing": listing,
@@ -241,6 +244,7 @@ def final_checks(
     summary["ok"] = bool(
         steps["faults_undone"] and steps["requests_fetched"] and steps["drained"] and steps["staging_published"]
         and not lost
+        and not unread
         and not report.problems
         and listing["duplicated"] == 0
         and listing["expected_not_listed"] == 0

@@ -127,6 +127,21 @@ def lag_recovery(
 UNSTORABLE = ("slow", "bomb")  # kinds of page the web serves with 200 that a crawl gives up on
 
 
+RETRIED = ("timeout", "connect_error", "error")  # failures of a page the web answered 200: retried
+
+
+def retry_pending(last: Mapping[str, tuple[str, str | None, int]], max_retries: int) -> dict[str, str]:
+    """Of the unstored pages' last results (``url -> (outcome, error, attempt)``), those the
+    scheduler still has queued for a retry: a failure it retries, with an attempt left. A retry
+    waits at the back of its domain's queue, so a run stopped mid-crawl leaves some; a page whose
+    last attempt was its final one was given up, and counts as lost."""
+    return {
+        url: f"{outcome} ({error}), attempt {attempt}"
+        for url, (outcome, error, attempt) in last.items()
+        if outcome in RETRIED and attempt < max_retries
+    }
+
+
 def served_pages(web: DemoWeb, pages: Sequence[RequestRecord]) -> tuple[set[str], set[str]]:
     """(reachable pages the web answered 200 and a crawl stores, pages it answered 200 that
     are not reachable). Not expected in the store: a slow page (it outlasts the fetch timeout)

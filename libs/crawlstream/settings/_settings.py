@@ -253,6 +253,13 @@ class StoreSettings:
         "a domain does not pay for loading its dictionary; the rest load on first use",
         check=positive,
     )
+    codec_cache_bytes: int = setting(
+        256 * 1024 * 1024,
+        "memory for the zstd dictionaries and contexts the store's puts and reads keep (a compressor on a "
+        "domain's dictionary holds ~1-2 MB of tables); shared by a member's shards, least recently used "
+        "rebuilt when next needed (milliseconds)",
+        check=positive,
+    )
     global_dict_min_samples: int = setting(32, "bodies needed before the global dictionary is trained", check=positive)
     large_body_bytes: int = setting(
         4 * 1024 * 1024, "bodies larger than this are compressed without a dictionary", check=positive

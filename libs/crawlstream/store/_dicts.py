@@ -25,6 +25,7 @@ import zstandard as zstd
 from crawlstream.durable import fsync_dir, write_atomically
 from crawlstream.errors import ChecksumMismatch
 from crawlstream.store._codec import decode_log_records, encode_log_record
+from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._files import AppendFile
 
 __all__ = ["FIRST_DICT_ID", "GLOBAL_DOMAIN", "DictCodecs", "DictInfo", "DictionaryStore"]
@@ -39,6 +40,7 @@ _EMPTY_FRAME = zstd.ZstdCompressor(write_content_size=True).compress(b"")
 # with a dictionary ≤ large_body_bytes); zstd still shrinks them for smaller sources.
 _MAX_SOURCE_HINT = 1024 * 1024
 _MIN_TABLE_LOG = 16
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # store.codec_cache_bytes' default
 DICT_FILE_LEVEL = 19  # zstd level of the dictionary files themselves (they count in the on-disk ratio)
 
 
@@ -55,7 +57,9 @@ class DictInfo:
 
 
 class DictionaryStore:
-    def __init__(self, directory: Path, *, fsync: bool = True) -> None:
+    def __init__(self, directory: Path, *, fsync: bool = True, cache: CodecCache | None = None) -> None:
+        """``cache``: where loaded dictionaries and the put and read contexts are kept (a sharded
+        store passes one for all its shards); a cache of ``DEFAULT_CACHE_BYTES`` when None."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._infos: dict[int, DictInfo] = {}
@@ -89,9 +93,8 @@ class DictionaryStore:
         self._remove_leftovers(logged, orphans=fsync)
         self._log = AppendFile(log_path, fsync_each=fsync)
         self._fsync = fsync
-        self._loaded: dict[int, zstd.ZstdCompressionDict] = {}
-        self._compressors: dict[tuple[int, int], zstd.ZstdCompressor] = {}
-        self._decompressors: dict[int, zstd.ZstdDecompressor] = {}
+        self._cache = cache if cache is not None else CodecCache(DEFAULT_CACHE_BYTES)
+        self._ns = object()  # this store's keys in a cache shared with other shards (ids repeat across them)
 
     def _remove_leftovers(self, logged: set[int], *, orphans: bool) -> None:
         """Delete what a kill during ``add`` can leave: a temporary file, and (``orphans``: the log
@@ -159,7 +162,7 @@ class DictionaryStore:
         self._log.append(_log_line(info))
         self._infos[dict_id] = info
         self._by_domain[domain] = dict_id
-        self._loaded[dict_id] = parsed
+        self._cache.put((self._ns, "dict", dict_id), parsed, len(dict_bytes))
         logger.info(
             "zstd dictionary %d (generation %d) trained for %s (%d bytes, %d samples)",
             dict_id,
@@ -196,10 +199,7 @@ class DictionaryStore:
         if self._fsync:
             fsync_dir(self.directory)
         del self._infos[dict_id]
-        self._loaded.pop(dict_id, None)
-        self._decompressors.pop(dict_id, None)
-        for key in [k for k in list(self._compressors) if k[1] == dict_id]:
-            self._compressors.pop(key, None)
+        self._cache.discard(lambda key: isinstance(key, tuple) and key[0] is self._ns and key[-1] == dict_id)
         logger.info(
             "zstd dictionary %d (%s, generation %d) dropped: no record uses it", dict_id, info.domain, info.generation
         )
@@ -209,35 +209,36 @@ class DictionaryStore:
         return self._dict(dict_id).as_bytes()
 
     def _dict(self, dict_id: int) -> zstd.ZstdCompressionDict:
-        loaded = self._loaded.get(dict_id)
-        if loaded is None:
-            path = self.directory / f"{dict_id}.zdict.zst"
-            try:
-                raw = zstd.ZstdDecompressor().decompress(path.read_bytes())
-            except FileNotFoundError as exc:
-                raise ChecksumMismatch(
-                    f"dictionary {dict_id} is missing ({path}); the records using it cannot be read"
-                ) from exc
-            except zstd.ZstdError as exc:
-                raise ChecksumMismatch(f"dictionary file {path} is corrupt: {exc}") from exc
-            loaded = zstd.ZstdCompressionDict(raw)
-            self._loaded[dict_id] = loaded
-        return loaded
+        return self._cache.get((self._ns, "dict", dict_id), lambda: self._read_dict(dict_id))
+
+    def _read_dict(self, dict_id: int) -> tuple[zstd.ZstdCompressionDict, int]:
+        path = self.directory / f"{dict_id}.zdict.zst"
+        try:
+            raw = zstd.ZstdDecompressor().decompress(path.read_bytes())
+        except FileNotFoundError as exc:
+            raise ChecksumMismatch(
+                f"dictionary {dict_id} is missing ({path}); the records using it cannot be read"
+            ) from exc
+        except zstd.ZstdError as exc:
+            raise ChecksumMismatch(f"dictionary file {path} is corrupt: {exc}") from exc
+        return zstd.ZstdCompressionDict(raw), len(raw)
 
     def compressor(self, level: int, dict_id: int) -> zstd.ZstdCompressor:
-        key = (level, dict_id)
-        comp = self._compressors.get(key)
-        if comp is None:
-            comp = _new_compressor(level, self._dict(dict_id).as_bytes() if dict_id else b"")
-            self._compressors[key] = comp
-        return comp
+        def build() -> tuple[zstd.ZstdCompressor, int]:
+            raw = self._dict(dict_id).as_bytes() if dict_id else b""
+            return _new_compressor(level, raw), compressor_bytes(level, len(raw))
+
+        return self._cache.get((self._ns, "c", level, dict_id), build)
 
     def decompressor(self, dict_id: int) -> zstd.ZstdDecompressor:
-        dec = self._decompressors.get(dict_id)
-        if dec is None:
-            dec = zstd.ZstdDecompressor(dict_data=self._dict(dict_id)) if dict_id else zstd.ZstdDecompressor()
-            self._decompressors[dict_id] = dec
-        return dec
+        def build() -> tuple[zstd.ZstdDecompressor, int]:
+            if not dict_id:
+                return zstd.ZstdDecompressor(), 0
+            raw = self._dict(dict_id)
+            # its DDict, built on first use, holds a copy of the dictionary and its tables
+            return zstd.ZstdDecompressor(dict_data=raw), 2 * len(raw.as_bytes())
+
+        return self._cache.get((self._ns, "d", dict_id), build)
 
     def private_codecs(
         self, *, max_compressors: int = 1, max_decompressors: int = 2, table_bytes: int = 0
@@ -256,7 +257,8 @@ class DictionaryStore:
         )
 
     def preload(self, budget_bytes: int) -> int:
-        """Load the current dictionaries (global first) into ready decompressors, up to ``budget_bytes``.
+        """Load the current dictionaries (global first) into ready decompressors, up to ``budget_bytes``
+        (and a quarter of the cache's budget).
 
         Moves the one-off cost of a dictionary (decompress its file, build the zstd DDict:
         ~5 ms for a 4 MB one) from the first read of each domain to start-up. Returns the
@@ -268,6 +270,7 @@ class DictionaryStore:
         )
         loaded = 0
         used = 0
+        budget_bytes = min(budget_bytes, self._cache.budget_bytes // 4)  # a loaded one is counted ~3x
         for info in current:
             if used + info.size_bytes > budget_bytes:
                 continue
@@ -330,6 +333,14 @@ def _new_compressor(
     if precompute:
         d.precompute_compress(compression_params=params)
     return zstd.ZstdCompressor(dict_data=d, compression_params=params)
+
+
+def compressor_bytes(level: int, dict_size: int) -> int:
+    """What a put compressor of ``_new_compressor`` holds: its context (zstd's estimate; 1.30 MB
+    at level 3 on a 128 KB dictionary, where 50 of them measured 1.32 MB of RSS each) and its
+    copy of the dictionary. ``memory_size()`` misses the tables, which live in the dictionary."""
+    params = zstd.ZstdCompressionParameters.from_level(level, source_size=_MAX_SOURCE_HINT, dict_size=dict_size)
+    return int(params.estimated_compression_context_size()) + dict_size
 
 
 def capped_params(level: int, dict_size: int, table_bytes: int) -> zstd.ZstdCompressionParameters | None:

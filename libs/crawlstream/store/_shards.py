@@ -40,6 +40,7 @@ from crawlstream.durable import write_atomically
 from crawlstream.errors import ShardNotOwned, StoreLocked
 from crawlstream.objectstore import ObjectStore, archive_location, open_objects
 from crawlstream.store._codec import UnsupportedFormat
+from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._reports import RecompressReport, StoreStats, VerifyReport
@@ -124,6 +125,8 @@ class ShardedStore:
             else dataclasses.replace(self.config, dict_preload_bytes=self.config.dict_preload_bytes // SHARDS)
         )
         self.lock_wait_s = lock_wait_s
+        # one memory budget for the dictionaries and zstd contexts of every shard this process opens
+        self._codec_cache = CodecCache(self.config.codec_cache_bytes)
         self._key_fn = key_fn
         self._clock_ms = clock_ms
         self._lock = threading.RLock()  # guards _open and _owned (opening a shard happens under it)
@@ -225,6 +228,7 @@ class ShardedStore:
                     key_fn=self._key_fn,
                     clock_ms=self._clock_ms,
                     archive=self._shard_archive(shard),
+                    codec_cache=self._codec_cache,
                 )
                 break
             except StoreLocked:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from crawlstream.durable import try_lock_exclusive
 from crawlstream.errors import StorageUnavailable, StoreLocked
+from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
@@ -103,8 +104,11 @@ class ContentStore:
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
         archive: ObjectStore | None = None,
+        codec_cache: CodecCache | None = None,
     ) -> None:
         """``config``: the ``store.*`` settings (``StoreConfig()``, their defaults, when None).
+        ``codec_cache``: the dictionaries and zstd contexts in memory (a sharded store shares one);
+        one of ``store.codec_cache_bytes`` when None.
         ``read_fds``: segment descriptors kept open for reads (a sharded store gives each shard a share).
         ``archive``: where this root's archive-tier segments live as objects (``store.archive_uri``,
         already narrowed to this root's prefix); None keeps them in ``segments/archive``."""
@@ -115,6 +119,7 @@ class ContentStore:
         self._key_fn = key_fn
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._archive = archive
+        self._codec_cache = codec_cache if codec_cache is not None else CodecCache(self.config.codec_cache_bytes)
         self._lock = threading.RLock()
         # one maintenance step at a time: taken before _lock, never after it
         self._maint_lock = threading.Lock()
@@ -133,7 +138,7 @@ class ContentStore:
         # 1. refuse another layout before touching anything
         check_format(self.root)
         self._segments = Segments(self.root, config, read_fds=read_fds, archive=self._archive)
-        self.dicts = DictionaryStore(self.root / "dicts", fsync=config.fsyncs)
+        self.dicts = DictionaryStore(self.root / "dicts", fsync=config.fsyncs, cache=self._codec_cache)
         self.dicts.preload(config.dict_preload_bytes)
         # 2. read the logs (truncating torn tails) before any of them is opened for appending
         self._index_log = IndexLog(self.root, self._segments, config, self._key_of)
