@@ -11,9 +11,11 @@ faults and the consumer lag that :mod:`bench.soak.plot` draws over them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
@@ -114,10 +116,16 @@ class ResourceSampler:
         processes: Callable[[], Mapping[str, int]],
         data_dirs: Mapping[str, Path] | None = None,
         out: Path | None = None,
+        detail: Path | None = None,
+        detail_every: int = 12,
     ) -> None:
+        """``detail``: every ``detail_every``-th sample, each process's threads by name and
+        descriptors by kind go there as one JSON line (what grew, when a count does)."""
         self._processes = processes
         self._data_dirs = dict(data_dirs or {})
         self._out = out
+        self._detail = detail
+        self._detail_every = max(1, detail_every)
         self._handles: dict[str, psutil.Process] = {}  # by label; replaced when its pid changes
         self.samples: list[Sample] = []
 
@@ -139,6 +147,10 @@ class ResourceSampler:
         if self._out is not None:
             with self._out.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(row.to_json(), separators=(",", ":")) + "\n")
+        if self._detail is not None and (len(self.samples) - 1) % self._detail_every == 0:
+            detail = {"t_s": t_s, "processes": {label: process_detail(pid) for label, pid in sorted(current.items())}}
+            with self._detail.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(detail, separators=(",", ":")) + "\n")
         return row
 
     def _measure(self, label: str, pid: int) -> ProcessSample | None:
@@ -155,6 +167,25 @@ class ResourceSampler:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             self._handles.pop(label, None)
             return None
+
+
+def process_detail(pid: int) -> dict[str, dict[str, int]]:
+    """A process's threads by name (``/proc/<pid>/task/*/comm``: librdkafka names its own, e.g.
+    ``rdk:broker1``) and descriptors by kind (socket, pipe, anon_inode:[eventfd], file...); empty
+    for a process gone meanwhile."""
+    proc = Path("/proc") / str(pid)
+    threads: Counter[str] = Counter()
+    fds: Counter[str] = Counter()
+    with contextlib.suppress(OSError):
+        for task in proc.joinpath("task").iterdir():
+            with contextlib.suppress(OSError):
+                threads[task.joinpath("comm").read_text().strip()] += 1
+        for fd in proc.joinpath("fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                fds[target.split(":[", 1)[0] if target.startswith(("socket:", "pipe:")) else
+                    target if target.startswith("anon_inode:") else "file"] += 1
+    return {"threads": dict(threads), "fds": dict(fds)}
 
 
 def load_samples(path: Path) -> list[Sample]:

@@ -343,7 +343,8 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
         groups = dict(group_of(n) for n in MEMBERS if n not in ("index-compactor", "query-api"))
         probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
         sampler = ResourceSampler(soak.pids, {"data": cfg.root / "data", "kafka": cfg.root / "kafka",
-                                              "redis": cfg.root / "redis"}, cfg.root / "resources.jsonl")
+                                              "redis": cfg.root / "redis"}, cfg.root / "resources.jsonl",
+                                  detail=cfg.root / "resources-detail.jsonl")
         client = ApiClient(api_port, list(web.model.domains), random.Random(cfg.seed))
         soak.client = client
         try:

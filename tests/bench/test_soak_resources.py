@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak.resources import ResourceSampler, Sample, dir_bytes, flatness, load_samples
+from bench.soak.resources import ResourceSampler, Sample, dir_bytes, flatness, load_samples, process_detail
 
 DURATION_S = 2.5
 INTERVAL_S = 0.08
@@ -76,7 +77,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     # the processes that replace them, started now: a restart is then a kill and a new pid,
     # at the time the test says even when a loaded machine starts Python slowly
     spare = {"worker-0": _start(children, alloc_mb=40), "worker-1": _start(children)}
-    sampler = ResourceSampler(lambda: current, {"store": store, "wal": wal}, tmp / "samples.jsonl")
+    sampler = ResourceSampler(lambda: current, {"store": store, "wal": wal}, tmp / "samples.jsonl",
+                              detail=tmp / "detail.jsonl", detail_every=5)
     result = Run(sampler, tmp / "samples.jsonl", tmp / "data", {k: [v] for k, v in current.items()})
     victim = children[2]
     try:
@@ -158,6 +160,10 @@ def test_the_samples_are_json_lines_a_killed_run_keeps(run: Run) -> None:
     cut = run.out.with_name("cut.jsonl")
     cut.write_text("\n".join(lines) + "\n" + lines[-1][: len(lines[-1]) // 2], encoding="utf-8")
     assert load_samples(cut) == run.sampler.samples
+    details = [json.loads(line) for line in run.out.with_name("detail.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(details) == (len(lines) + 4) // 5  # every fifth sample, the first included
+    leaker = [d["processes"]["leaker-0"]["fds"] for d in details if d["processes"]["leaker-0"]["fds"]]
+    assert sum(leaker[-1].values()) > sum(leaker[0].values())  # the descriptors it leaks, by kind
 
 
 def test_flatness_flags_the_leak_and_passes_the_flat_and_restarted(run: Run) -> None:
@@ -248,3 +254,24 @@ def test_dir_bytes_survives_files_vanishing_mid_walk(tmp_path: Path) -> None:
         stop.set()
         worker.join()
     assert walks > 5
+
+
+def test_process_detail_counts_threads_by_name_and_descriptors_by_kind() -> None:
+    """What the soak writes every minute to resources-detail.jsonl (which threads, which kind of
+    descriptor grew)."""
+    before = process_detail(os.getpid())
+    a, b = socket.socketpair()
+    r, w = os.pipe()
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        after = process_detail(os.getpid())
+        assert after["fds"].get("socket", 0) == before["fds"].get("socket", 0) + 2
+        assert after["fds"].get("pipe", 0) == before["fds"].get("pipe", 0) + 2
+        assert sum(after["threads"].values()) == sum(before["threads"].values()) + 1
+    finally:
+        stop.set()
+        worker.join()
+        a.close(), b.close(), os.close(r), os.close(w)
+    assert process_detail(2**22 + 12345) == {"threads": {}, "fds": {}}  # no such process
