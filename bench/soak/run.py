@@ -104,8 +104,11 @@ def crawl_vars(cfg: SoakConfig, api_port: int, floor_mb: int) -> dict[str, str]:
         "CRAWLSTREAM_SCHEDULER_MIN_DELAY_S": str(MIN_DELAY_S),
         "CRAWLSTREAM_SCHEDULER_MAX_RETRIES": str(MAX_RETRIES),
         "CRAWLSTREAM_SCHEDULER_MAX_BACKOFF_S": "1",
-        # above a broker failover: no ticket is reclaimed while its request waits in a queue
-        "CRAWLSTREAM_SCHEDULER_LEASE_S": "30",
+        # A lease runs out by how far the scheduler read the results (ADR 035), but a request
+        # waiting for the fetchers longer than the lease is still timed out and retried: 180 s
+        # is above the fetchers' lag after a fault here (~80 s at most in session 16's run) and
+        # below the wind-down's bound (SETTLE_S), a third of the default 600 s.
+        "CRAWLSTREAM_SCHEDULER_LEASE_S": "180",
         "CRAWLSTREAM_FETCH_TIMEOUT_S": "2",
         "CRAWLSTREAM_FETCH_READ_TIMEOUT_S": "2",
         "CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true",
