@@ -105,7 +105,10 @@ def _drain(soak: Soak, names: tuple[str, ...], what: str) -> bool:
         bus.close()
 
 
-def last_results(settings: Settings, urls: set[str], timeout_s: float = 1800.0) -> tuple[dict[str, Any], int]:
+LastResult = tuple[str, str | None, int]  # outcome, error, attempt
+
+
+def last_results(settings: Settings, urls: set[str], timeout_s: float = 1800.0) -> tuple[dict[str, LastResult], int]:
     """The last ``fetch.results`` event of each of ``urls`` as ``(outcome, error, attempt)``,
     read once from the start, every message decoded; and how many messages were left unread
     when ``timeout_s`` ran out (0: the answer is complete)."""
@@ -115,7 +118,7 @@ def last_results(settings: Settings, urls: set[str], timeout_s: float = 1800.0) 
     codec = EventCodec.from_settings(settings)
     total = sum(bus.end_offsets(FETCH_RESULTS))
     consumer = bus.consumer(f"soak-check-{time.monotonic_ns()}")
-    last: dict[str, Any] = {}
+    last: dict[str, LastResult] = {}
     seen = 0
     try:
         consumer.subscribe([FETCH_RESULTS])

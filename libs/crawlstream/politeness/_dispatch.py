@@ -38,17 +38,23 @@ class Dispatcher:
         self._ctx = ctx
 
     def claim(
-        self, partitions: Sequence[int], now: int, limit: int, reclaim: Reclaim, expiry: Mapping[int, int]
+        self,
+        partitions: Sequence[int],
+        now: int,
+        limit: int,
+        reclaim: Reclaim,
+        expire_through: Mapping[int, int] | None = None,
     ) -> Claimed:
         """Claim up to ``limit`` due domains of each partition, in one round trip that also finds
-        the partition's leases that ended by ``min(now, expiry[partition])`` (none where
-        ``expiry`` has no entry); those go to ``reclaim(partition, fields)`` (before the
-        dispatch), and a partition whose claim answers FENCED is fenced here."""
+        the partition's leases that ended by ``now`` (and by ``expire_through[partition]`` when
+        given; none where it has no entry); those go to ``reclaim(partition, fields)`` (before
+        the dispatch), and a partition whose claim answers FENCED is fenced here."""
         pipe = self._ctx.redis.pipeline(transaction=False)
         lim = self._ctx.limits
         for partition in partitions:
             keys = PartitionKeys(partition)
-            pipe.zrangebyscore(keys.leases, "-inf", min(now, expiry.get(partition, -1)), start=0, num=limit)
+            ended_by = now if expire_through is None else min(now, expire_through.get(partition, -1))
+            pipe.zrangebyscore(keys.leases, "-inf", ended_by, start=0, num=limit)
             args = [now, limit, lim.max_in_flight, lim.max_pages, keys.hash_prefix, HEADER_SIZE]
             token = self._ctx.ownership.token(partition)
             self._ctx.scripts.claim(keys=[keys.ready, keys.pready, keys.owner], args=[*args, token], client=pipe)

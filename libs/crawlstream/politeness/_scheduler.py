@@ -381,8 +381,7 @@ class Scheduler:
             try:
                 if self._ctx.planner is not None:
                     self._ctx.planner.release(ordered, now, self.enqueue)
-                expiry = {p: now for p in ordered} if expire_through is None else expire_through
-                claimed = self._dispatcher.claim(ordered, now, limit, self._reclaim_expired, expiry)
+                claimed = self._dispatcher.claim(ordered, now, limit, self._reclaim_expired, expire_through)
                 if not claimed:
                     return []
                 return self._dispatcher.dispatch(claimed, now)

@@ -25,7 +25,8 @@ class ResultsWatermark:
         self._through: dict[int, int] = {}
 
     def read(self, partition: int, produced_at_ms: int) -> None:
-        """A result produced at ``produced_at_ms`` was completed (call after ``complete``)."""
+        """A result produced at ``produced_at_ms`` was read (it is completed before the next
+        ``due_all``, which is where the bounds are used)."""
         if produced_at_ms > self._through.get(partition, -1):
             self._through[partition] = produced_at_ms
 

@@ -100,7 +100,6 @@ class ScheduleHandler(EventHandler):
         self._forced: dict[int, list[FrontierEntry]] = {}  # crawlstream refetch: unconditional
         self._results: dict[int, list[tuple[str, str, FetchOutcome]]] = {}
         self._read = ResultsWatermark()  # the lease clock (ADR 035)
-        self._produced_at: dict[int, int] = {}  # this batch's latest result per partition
         self._touched: set[int] = set()  # partitions whose frontier files were appended to
         self.requested = 0
 
@@ -142,9 +141,8 @@ class ScheduleHandler(EventHandler):
             into.setdefault(message.partition, []).append(entry)
             return
         self._results.setdefault(message.partition, []).append((event.domain, event.url, to_outcome(event)))
-        produced_at = message.timestamp_ms or event.fetched_at_ms
-        if produced_at > self._produced_at.get(message.partition, -1):
-            self._produced_at[message.partition] = produced_at
+        # read before the batch's dispatch, which comes after its results are completed
+        self._read.read(message.partition, message.timestamp_ms or event.fetched_at_ms)
 
     def end_batch(self) -> None:
         # 1. close the tickets of the results (complete appends retries to the frontier files
@@ -156,9 +154,6 @@ class ScheduleHandler(EventHandler):
             self._scheduler.complete_all(self._results)
             self._touched.update(self._results)
             self._results.clear()
-            for partition, produced_at in self._produced_at.items():
-                self._read.read(partition, produced_at)
-            self._produced_at.clear()
         for partition, entries in self._incoming.items():
             self._scheduler.enqueue(partition, entries)
             self._touched.add(partition)
