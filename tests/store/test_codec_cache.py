@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import zstandard as zstd
+
 from crawlstream.store._codec_cache import CodecCache
+from crawlstream.store._dicts import DictionaryStore
 
 MIB = 1024 * 1024
 
@@ -78,4 +81,21 @@ def test_the_least_recently_used_go_first_never_the_one_just_added() -> None:
     cache.put("huge", "H", 500)  # over the budget alone: kept, everything else goes
     assert len(cache) == 1 and cache.bytes == 500
     cache.discard(lambda key: key == "huge")
+    assert len(cache) == 0 and cache.bytes == 0
+
+
+def test_a_closed_store_takes_its_entries_out_of_a_shared_cache(tmp_path: Path) -> None:
+    """A sharded store's cache outlives a shard it releases: that shard's contexts go with it."""
+    samples = [f"<html><body><p>page {i} of a site, {'text ' * (i % 7)}</p></body></html>".encode() for i in range(300)]
+    trained = zstd.train_dictionary(4096, samples).as_bytes()
+    cache = CodecCache(64 * MIB)
+    a = DictionaryStore(tmp_path / "a", fsync=False, cache=cache)
+    b = DictionaryStore(tmp_path / "b", fsync=False, cache=cache)
+    for store in (a, b):
+        dict_id = store.add("d.example", trained, samples=len(samples), created_ms=0)
+        store.compressor(3, dict_id).compress(samples[0])
+    held = len(cache)
+    a.close()
+    assert 0 < len(cache) < held
+    b.close()
     assert len(cache) == 0 and cache.bytes == 0

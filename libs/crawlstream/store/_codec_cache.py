@@ -62,8 +62,8 @@ class CodecCache:
                 self._bytes -= dropped
                 self.evictions += 1
 
-    def discard(self, match: Callable[[Hashable], bool]) -> None:
-        """Drop every value whose key ``match``es (a dictionary deleted from the store)."""
+    def discard(self, match: Callable[[Any], bool]) -> None:
+        """Drop every value whose key ``match``es (a dictionary deleted, a store closed)."""
         with self._lock:
             for key in [k for k in self._entries if match(k)]:
                 self._bytes -= self._entries.pop(key)[1]

@@ -24,6 +24,7 @@ import zstandard as zstd
 
 from crawlstream.durable import fsync_dir, write_atomically
 from crawlstream.errors import ChecksumMismatch
+from crawlstream.settings import StoreSettings
 from crawlstream.store._codec import decode_log_records, encode_log_record
 from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._files import AppendFile
@@ -40,7 +41,6 @@ _EMPTY_FRAME = zstd.ZstdCompressor(write_content_size=True).compress(b"")
 # with a dictionary ≤ large_body_bytes); zstd still shrinks them for smaller sources.
 _MAX_SOURCE_HINT = 1024 * 1024
 _MIN_TABLE_LOG = 16
-DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # store.codec_cache_bytes' default
 DICT_FILE_LEVEL = 19  # zstd level of the dictionary files themselves (they count in the on-disk ratio)
 
 
@@ -59,7 +59,8 @@ class DictInfo:
 class DictionaryStore:
     def __init__(self, directory: Path, *, fsync: bool = True, cache: CodecCache | None = None) -> None:
         """``cache``: where loaded dictionaries and the put and read contexts are kept (a sharded
-        store passes one for all its shards); a cache of ``DEFAULT_CACHE_BYTES`` when None."""
+        store passes one for all its shards); one of ``store.codec_cache_bytes``' default when None.
+        ``close`` takes this store's entries out of it."""
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._infos: dict[int, DictInfo] = {}
@@ -93,7 +94,7 @@ class DictionaryStore:
         self._remove_leftovers(logged, orphans=fsync)
         self._log = AppendFile(log_path, fsync_each=fsync)
         self._fsync = fsync
-        self._cache = cache if cache is not None else CodecCache(DEFAULT_CACHE_BYTES)
+        self._cache = cache if cache is not None else CodecCache(StoreSettings().codec_cache_bytes)
         self._ns = object()  # this store's keys in a cache shared with other shards (ids repeat across them)
 
     def _remove_leftovers(self, logged: set[int], *, orphans: bool) -> None:
@@ -199,7 +200,7 @@ class DictionaryStore:
         if self._fsync:
             fsync_dir(self.directory)
         del self._infos[dict_id]
-        self._cache.discard(lambda key: isinstance(key, tuple) and key[0] is self._ns and key[-1] == dict_id)
+        self._cache.discard(lambda key: key[0] is self._ns and key[-1] == dict_id)
         logger.info(
             "zstd dictionary %d (%s, generation %d) dropped: no record uses it", dict_id, info.domain, info.generation
         )
@@ -288,6 +289,8 @@ class DictionaryStore:
 
     def close(self) -> None:
         self._log.close()
+        # a shared cache outlives this store (a released shard): what it built there goes now
+        self._cache.discard(lambda key: key[0] is self._ns)
 
 
 def _log_line(info: DictInfo) -> bytes:
