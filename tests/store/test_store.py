@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,27 @@ def test_deleting_one_of_two_deduped_urls_keeps_the_other(tmp_path: Path) -> Non
         store.recompress(0)
     with _open(tmp_path) as store:
         assert store.get("https://example.com/b") == PAGE
+
+
+def test_a_body_no_live_url_has_any_more_is_stored_whole_again(tmp_path: Path) -> None:
+    """Deleted or replaced, the last URL with a body takes the body's lookup by hash with it: the
+    next URL with that body gets the body, not a reference to a record maintenance may drop."""
+    body = random.Random(1).randbytes(3000)  # incompressible: stored whole it is > 3,000 bytes
+    with _open(tmp_path) as store:
+        store.put("https://example.com/a", body)
+        store.put("https://example.com/b", body)
+        store.delete("https://example.com/a")
+        size = store.stats().segment_bytes
+        store.put("https://example.com/c", body)  # b still has it: a reference
+        assert store.stats().segment_bytes - size < 200
+        store.delete("https://example.com/b")
+        store.put("https://example.com/c", b"another body")  # the last URL with it moves on
+        size = store.stats().segment_bytes
+        store.put("https://example.com/d", body)
+        assert store.stats().segment_bytes - size > 3000  # stored whole
+    with _open(tmp_path) as store:
+        assert store.get("https://example.com/d") == body
+        assert store.get("https://example.com/c") == b"another body"
 
 
 def test_tags_and_search_by_domain_path_prefix_and_tag(tmp_path: Path) -> None:

@@ -6,6 +6,10 @@ views searches and maintenance use: entries by domain, by tag, and where each di
 tombstones and tag operations, so both survive ``rebuild-index``. ``ops.log`` is not
 rebuildable from the segments: a tombstone is appended before the entry leaves memory.
 Callers hold the store lock.
+
+Callers ask through methods (by domain, by body, the segments and dictionaries in use,
+``relocate``), never through the views themselves: ADR 036 moves the index out of memory, and
+each of these becomes a query there.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ class UrlIndex:
     def __init__(self, root: Path, config: StoreConfig, *, shards: int, key_fn: Callable[[str], int] | None) -> None:
         self._key_fn = key_fn
         self._shards: list[dict[int, list[Entry]]] = [{} for _ in range(max(1, shards))]
-        self.by_domain: dict[str, dict[str, Entry]] = defaultdict(dict)
-        self.by_tag: dict[str, dict[str, Entry]] = defaultdict(dict)
-        self.blobs: dict[bytes, Location] = {}  # content hash -> where that body is stored
+        self._by_domain: dict[str, dict[str, Entry]] = defaultdict(dict)
+        self._by_tag: dict[str, dict[str, Entry]] = defaultdict(dict)
+        self._blobs: dict[bytes, Location] = {}  # content hash -> where that body is stored
+        self._blob_urls: dict[bytes, int] = {}  # content hash -> live URLs with that body
         self.seq = 0
         self.ops_path = root / "ops.log"
         self._ops_log: AppendFile | None = None
@@ -60,10 +65,35 @@ class UrlIndex:
     def search_pool(self, domain: str | None, tag: str | None) -> list[Entry]:
         """The smallest set of entries a search with these filters must look at (unsorted)."""
         if domain is not None:
-            return list(self.by_domain.get(domain, {}).values())
+            return list(self._by_domain.get(domain, {}).values())
         if tag is not None:
-            return list(self.by_tag.get(tag, {}).values())
+            return list(self._by_tag.get(tag, {}).values())
         return list(self.entries())
+
+    def domain_entries(self, domain: str) -> list[Entry]:
+        """The live entries of ``domain``, sorted by URL."""
+        return sorted(self._by_domain.get(domain, {}).values(), key=lambda e: e.url)
+
+    def domain_counts(self) -> dict[str, int]:
+        """Live URLs per domain (domains with none left out)."""
+        return {d: len(entries) for d, entries in self._by_domain.items() if entries}
+
+    def body_location(self, content_hash: bytes) -> Location | None:
+        """Where the body with ``content_hash`` is stored, if a live URL has it."""
+        return self._blobs.get(content_hash)
+
+    def segments_in_use(self) -> set[str]:
+        """Segments a live entry points into: its body's, and its own reference record's."""
+        used: set[str] = set()
+        for entry in self.entries():
+            used.add(entry.location.segment)
+            if entry.record_segment:
+                used.add(entry.record_segment)
+        return used
+
+    def dict_ids_in_use(self) -> set[int]:
+        """Dictionaries a live entry's body is compressed with."""
+        return {e.location.dict_id for e in self.entries()}
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -74,29 +104,50 @@ class UrlIndex:
     def insert(self, entry: Entry) -> None:
         """Add ``entry``, replacing the entry of the same URL (its tags carry over if it has none)."""
         bucket = self._shard(entry.url_key).setdefault(entry.url_key, [])
+        self._blob_urls[entry.content_hash] = self._blob_urls.get(entry.content_hash, 0) + 1
         for i, old in enumerate(bucket):
             if old.url == entry.url:
                 entry.tags = entry.tags or old.tags
                 bucket[i] = entry
+                self._unref_body(old.content_hash)
                 break
         else:
             bucket.append(entry)
-        self.by_domain[entry.domain][entry.url] = entry
+        self._by_domain[entry.domain][entry.url] = entry
         for tag in entry.tags:
-            self.by_tag[tag][entry.url] = entry
-        self.blobs[entry.content_hash] = entry.location
+            self._by_tag[tag][entry.url] = entry
+        self._blobs[entry.content_hash] = entry.location
+
+    def relocate(self, entry: Entry, location: Location, record_segment: str, record_bytes: int) -> None:
+        """``entry``'s body (and its own reference record) moved by maintenance; the body is found there now."""
+        entry.location = location
+        entry.record_segment = record_segment
+        entry.record_bytes = record_bytes
+        self._blobs[entry.content_hash] = location
 
     def remove(self, entry: Entry) -> None:
         shard = self._shard(entry.url_key)
         bucket = shard.get(entry.url_key, [])
-        bucket[:] = [e for e in bucket if e.url != entry.url]
+        kept = [e for e in bucket if e.url != entry.url]
+        if len(kept) == len(bucket):
+            return
+        removed = next(e for e in bucket if e.url == entry.url)
+        bucket[:] = kept
         if not bucket:
             shard.pop(entry.url_key, None)
-        self.by_domain.get(entry.domain, {}).pop(entry.url, None)
-        for tag in entry.tags:
-            self.by_tag.get(tag, {}).pop(entry.url, None)
-        if not any(e.content_hash == entry.content_hash for e in self.entries()):
-            self.blobs.pop(entry.content_hash, None)
+        self._by_domain.get(removed.domain, {}).pop(removed.url, None)
+        for tag in removed.tags:
+            self._by_tag.get(tag, {}).pop(removed.url, None)
+        self._unref_body(removed.content_hash)
+
+    def _unref_body(self, content_hash: bytes) -> None:
+        """One live URL fewer has this body; with none left, it is no longer found by its hash."""
+        left = self._blob_urls.get(content_hash, 0) - 1
+        if left > 0:
+            self._blob_urls[content_hash] = left
+        else:
+            self._blob_urls.pop(content_hash, None)
+            self._blobs.pop(content_hash, None)
 
     def delete(self, entry: Entry) -> None:
         """Tombstone ``entry``: the ops.log record first, then memory."""
@@ -111,10 +162,10 @@ class UrlIndex:
         for tag in tags:
             if op == "tag":
                 entry.tags.add(tag)
-                self.by_tag[tag][entry.url] = entry
+                self._by_tag[tag][entry.url] = entry
             else:
                 entry.tags.discard(tag)
-                self.by_tag.get(tag, {}).pop(entry.url, None)
+                self._by_tag.get(tag, {}).pop(entry.url, None)
 
     def _append_op(self, rec: dict[str, Any]) -> None:
         assert self._ops_log is not None, "open_ops_log() first"
@@ -158,9 +209,10 @@ class UrlIndex:
     def clear(self) -> None:
         for shard in self._shards:
             shard.clear()
-        self.by_domain.clear()
-        self.by_tag.clear()
-        self.blobs.clear()
+        self._by_domain.clear()
+        self._by_tag.clear()
+        self._blobs.clear()
+        self._blob_urls.clear()
 
     def entry_from_record(self, rec: dict[str, Any]) -> Entry:
         domain, path = self._domain_path(rec["u"])

@@ -180,7 +180,7 @@ class Retrainer:
     def served(self) -> dict[str, int]:
         """Live URLs each current dictionary serves (by domain; ``GLOBAL_DOMAIN``: the long tail)."""
         with self._lock:
-            counts = {d: len(entries) for d, entries in self._index.by_domain.items() if entries}
+            counts = self._index.domain_counts()
         out: dict[str, int] = {}
         tail = 0
         for domain, n in counts.items():
@@ -195,13 +195,13 @@ class Retrainer:
         """Distinct live bodies a dictionary for ``domain`` (or the global one) serves: O(its URLs), under the lock."""
         with self._lock:
             if domain != GLOBAL_DOMAIN:
-                return len({e.content_hash for e in self._index.by_domain.get(domain, {}).values()})
+                return len({e.content_hash for e in self._index.domain_entries(domain)})
             return len(
                 {
                     e.content_hash
-                    for d, entries in self._index.by_domain.items()
+                    for d in self._index.domain_counts()
                     if not self._dicts.has_own(d)
-                    for e in entries.values()
+                    for e in self._index.domain_entries(d)
                 }
             )
 

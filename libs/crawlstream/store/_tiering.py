@@ -231,7 +231,7 @@ class Tiering:
             for e, loc, seq, target in candidates:
                 if target != tier:
                     continue
-                body_at = self._index.blobs.get(e.content_hash)
+                body_at = self._index.body_location(e.content_hash)
                 # Another URL's copy of this body is already in a tier at least as deep: only this
                 # URL's reference record moves (bounded batches must not store a body twice).
                 keep = (
@@ -311,7 +311,7 @@ class Tiering:
             for e, loc, seq in candidates:
                 if loc.tier != tier:
                     continue
-                body_at = self._index.blobs.get(e.content_hash)
+                body_at = self._index.body_location(e.content_hash)
                 # Another URL's copy of this body was already rewritten: only this URL's record moves.
                 keep = (
                     body_at is not None
@@ -331,7 +331,7 @@ class Tiering:
             return None
         with self._maint_lock:
             with self._lock:
-                superseded -= {e.location.dict_id for e in self._index.entries()}
+                superseded -= self._index.dict_ids_in_use()
             if not superseded:
                 return None
             with self._lock:
@@ -341,7 +341,7 @@ class Tiering:
             if not gone:
                 return None
             with self._lock:  # puts never use a superseded dictionary; batches are held off by the maintenance lock
-                gone -= {e.location.dict_id for e in self._index.entries()}
+                gone -= self._index.dict_ids_in_use()
                 for dict_id in sorted(gone):
                     self._dicts.drop(dict_id)
         if not gone:
@@ -547,10 +547,9 @@ class Tiering:
                 self._index_log.sync()
             # 4. memory, then garbage
             for cur, rec in applied:
-                cur.location = Location.from_list(rec["l"])
-                cur.record_segment = rec["r"][0] if "r" in rec else ""
-                cur.record_bytes = int(rec.get("rb", 0))
-                self._index.blobs[cur.content_hash] = cur.location
+                self._index.relocate(
+                    cur, Location.from_list(rec["l"]), rec["r"][0] if "r" in rec else "", int(rec.get("rb", 0))
+                )
                 report.moved_urls += 1
             self._segments.in_flight.difference_update(names)
             for name in uploaded:  # pages point at them now: reads go to the objects
@@ -565,11 +564,7 @@ class Tiering:
 
     def collect_garbage(self) -> list[str]:
         """Delete segment files no live entry points into (never in-flight or quarantined ones). Under the lock."""
-        used: set[str] = set()
-        for entry in self._index.entries():
-            used.add(entry.location.segment)
-            if entry.record_segment:
-                used.add(entry.record_segment)
+        used = self._index.segments_in_use()
         quarantined_segments = self._quarantine.segments()
         removed: list[str] = []
         for name in self._segments.names():

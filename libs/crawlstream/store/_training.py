@@ -169,16 +169,15 @@ class DictionaryTrainer:
         Sorted by domain and URL, so evenly spread samples cover every domain.
         """
         with self._lock:
-            by_domain = self._index.by_domain
             if domain == GLOBAL_DOMAIN:
                 pool = [
                     e
-                    for d in sorted(by_domain)
+                    for d in sorted(self._index.domain_counts())
                     if not self._dicts.has_own(d)
-                    for e in sorted(by_domain[d].values(), key=lambda e: e.url)
+                    for e in self._index.domain_entries(d)
                 ]
             else:
-                pool = sorted(by_domain.get(domain, {}).values(), key=lambda e: e.url)
+                pool = self._index.domain_entries(domain)
             return pool, self._index.seq + 1
 
     def _train_pool(

@@ -81,7 +81,7 @@ class PageWriter:
             meta: dict[str, Any] = {"u": parts.url, "t": content_type, "n": title, "s": status}
             meta.update(response_meta(response_head, ip_address, request_head))  # in the frame only, never in the index
             writer = self._segments.active_writer()
-            blob = self._index.blobs.get(chash)
+            blob = self._index.body_location(chash)
             if blob is not None and self._quarantined(blob):
                 blob = None  # never reference a damaged body: write this one whole
             rec_loc: Location | None = None
