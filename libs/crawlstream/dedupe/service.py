@@ -52,6 +52,11 @@ class DedupeHandler(EventHandler):
         committed = self._consumer.committed(partitions)
         for tp in partitions:
             snapshot_offset = self._deduper.load_partition(tp.partition)
+            # What the filter covers until this member reads more: a partition given back unread
+            # is written back at its snapshot's offset, not at none (a replay from the start).
+            self._forget(tp.partition)
+            if snapshot_offset is not None:
+                self._next_offset[tp.partition] = snapshot_offset
             done = committed.get(tp)
             start = snapshot_offset if snapshot_offset is not None else 0
             if done is not None and start < done:
@@ -64,10 +69,17 @@ class DedupeHandler(EventHandler):
             if tp.partition in self._deduper.owned_partitions:
                 self._deduper.flush_partition(tp.partition, self._next_offset.get(tp.partition))
                 self._deduper.drop_partition(tp.partition)
+            self._forget(tp.partition)
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._deduper.drop_partition(tp.partition)
+            self._forget(tp.partition)
+
+    def _forget(self, partition: int) -> None:
+        """Offsets of a partition this member no longer owns: a later assignment starts from its snapshot."""
+        self._next_offset.pop(partition, None)
+        self._replay_until.pop(partition, None)
 
     def handle(self, event: DiscoveredUrl, message: Message) -> None:
         # Producers outside this system may send any string: re-derive the identity.
