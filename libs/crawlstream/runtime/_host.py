@@ -113,13 +113,15 @@ class Host:
         """
         bus = self.settings.bus
         embedded_bus = self.settings.kafka_bootstrap_servers is None
+        dead_letters = self.bus.producer()
+        self._closers.append(dead_letters.close)
         return ServiceLoop(
             service=service,
             consumer=self.bus.consumer(group) if consumer is None else consumer,
             topics=list(topics),
             codec=self.codec,
             handler=handler,
-            dlq_producer=self.bus.producer(),
+            dlq_producer=dead_letters,
             producers=producers,
             batch_size=batch_size,
             poll_timeout_s=bus.poll_timeout_s if poll_timeout_s is None else poll_timeout_s,
@@ -142,12 +144,26 @@ class Host:
         return EventProducer(_CountingProducer(producer, LoopMetrics.of(self.registry).produced), self.codec)
 
     def close(self) -> None:
-        for close in reversed(self._closers):
-            close()
-        self._closers.clear()
-        if self._redis is not None:
-            self._redis.close()
-            self._redis = None
+        """Close every client the host made, even when one fails: a producer whose flush fails in
+        an outage raises, and the rest were left open with their threads and sockets, once per
+        rebuild of a standalone service. The first failure is raised once all are closed."""
+        closers, self._closers = list(reversed(self._closers)), []
+        failed: BaseException | None = None
+        try:
+            for close in closers:
+                try:
+                    close()
+                except Exception as exc:  # the next one is closed all the same
+                    if failed is None:
+                        failed = exc
+                    else:
+                        logger.warning("closing a client failed as well: %s", exc)
+        finally:
+            if self._redis is not None:
+                self._redis.close()
+                self._redis = None
+        if failed is not None:
+            raise failed
 
 
 class _CountingProducer(Producer):
