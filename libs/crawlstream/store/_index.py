@@ -71,8 +71,8 @@ class UrlIndex:
         return list(self.entries())
 
     def domain_entries(self, domain: str) -> list[Entry]:
-        """The live entries of ``domain``, sorted by URL."""
-        return sorted(self._by_domain.get(domain, {}).values(), key=lambda e: e.url)
+        """The live entries of ``domain`` (unsorted)."""
+        return list(self._by_domain.get(domain, {}).values())
 
     def domain_counts(self) -> dict[str, int]:
         """Live URLs per domain (domains with none left out)."""
@@ -128,11 +128,10 @@ class UrlIndex:
     def remove(self, entry: Entry) -> None:
         shard = self._shard(entry.url_key)
         bucket = shard.get(entry.url_key, [])
-        kept = [e for e in bucket if e.url != entry.url]
-        if len(kept) == len(bucket):
+        removed = next((e for e in bucket if e.url == entry.url), None)
+        if removed is None:
             return
-        removed = next(e for e in bucket if e.url == entry.url)
-        bucket[:] = kept
+        bucket.remove(removed)
         if not bucket:
             shard.pop(entry.url_key, None)
         self._by_domain.get(removed.domain, {}).pop(removed.url, None)

@@ -174,10 +174,10 @@ class DictionaryTrainer:
                     e
                     for d in sorted(self._index.domain_counts())
                     if not self._dicts.has_own(d)
-                    for e in self._index.domain_entries(d)
+                    for e in sorted(self._index.domain_entries(d), key=lambda e: e.url)
                 ]
             else:
-                pool = self._index.domain_entries(domain)
+                pool = sorted(self._index.domain_entries(domain), key=lambda e: e.url)
             return pool, self._index.seq + 1
 
     def _train_pool(
