@@ -18,10 +18,14 @@ from crawlstream.bus import KafkaBus
 from crawlstream.crawl import LagProbe
 from crawlstream.devtools.deployment import group_of, groups_assigned
 from crawlstream.events import EventCodec, FetchResult
+from crawlstream.frontier import FileState
 from crawlstream.index import IndexReader
+from crawlstream.politeness import Scheduler
+from crawlstream.redisconn import open_redis
 from crawlstream.settings import Settings
 from crawlstream.store import open_store
 from crawlstream.topics import FETCH_RESULTS
+from crawlstream.urls import canonicalize, partition_for
 
 if TYPE_CHECKING:
     from bench.soak.run import Soak
@@ -138,6 +142,28 @@ def last_results(settings: Settings, urls: set[str], timeout_s: float = 1800.0) 
     return last, total - seen
 
 
+def queued_in_frontier(settings: Settings, urls: set[str]) -> dict[str, str]:
+    """Of ``urls``, those still queued unread in their domain's frontier file: a retry whose
+    request has not been handed out yet. Its last result need not say so: a ticket that expired
+    (its request dropped in a broker outage) has none, and a robots.txt that could not be read
+    answers robots_disallowed with a back-off. Read from the scheduler's own state (Redis and the
+    files), which the next dispatch reads."""
+    by_domain: dict[str, set[str]] = {}
+    for url in urls:
+        by_domain.setdefault(canonicalize(url).domain, set()).add(url)
+    queued: dict[str, str] = {}
+    with open_redis(settings.redis_url, settings.data_dir) as handle:
+        scheduler = Scheduler.from_settings(settings, handle.client)
+        for domain, waiting in by_domain.items():
+            partition = partition_for(domain, settings.bus.partitions)
+            state = scheduler.domain_state(partition, domain)
+            unread = FileState(state.generation, state.offset, state.size)
+            for entry, _ in scheduler.files.read(partition, domain, unread, limit=1 << 20):
+                if entry.url in waiting:
+                    queued[entry.url] = f"queued in the frontier, attempt {entry.attempt}"
+    return queued
+
+
 def _publish_staging(soak: Soak, timeout_s: float = 120.0) -> bool:
     """What an operator's next start does: one parquet-sink member adopts the staging logs of
     members that did not publish before they stopped (a member killed while it held rows), then
@@ -201,7 +227,7 @@ def final_checks(
     where, settings = soak.where, soak.where.settings
     pages = page_requests(where.web.requests())
     polite = politeness(where.web, pages, min_delay_s)
-    rep = repeats(pages, soak.faults, max_retries)
+    rep = repeats(pages, soak.faults, max_retries, t0=soak.t0)
     served, unreachable = served_pages(where.web, pages)
     store = open_store(settings)
     try:
@@ -211,7 +237,9 @@ def final_checks(
         store.close()
     last, unread = last_results(settings, served - stored)
     pending = retry_pending(last, max_retries)
+    pending.update(queued_in_frontier(settings, served - stored - set(pending)))
     lost = served - stored - set(pending)
+    (soak.cfg.root / "lost.txt").write_text("".join(f"{u}\n" for u in sorted(lost)))
     _build(where.env)
     domains = sorted(where.web.model.domains)
     served_index = _listing(settings, domains)

@@ -71,11 +71,14 @@ def politeness(web: DemoWeb, pages: Sequence[RequestRecord], min_delay_s: float)
     }
 
 
-def repeats(pages: Sequence[RequestRecord], faults: Sequence[FaultRecord], max_retries: int) -> dict[str, Any]:
+def repeats(
+    pages: Sequence[RequestRecord], faults: Sequence[FaultRecord], max_retries: int, t0: float = 0.0
+) -> dict[str, Any]:
     """Requests beyond each URL's allowance (one, or ``1 + max_retries`` for the web's always
     failing pages); each is "explained" when a replaying fault was in force (from its start to
     ``REPLAY_WINDOW_S`` after it was undone: members rejoin, services restart in-process, the
-    groups rebalance) at some point between the URL's previous request and this one."""
+    groups rebalance) at some point between the URL's previous request and this one. Examples
+    give times from ``t0`` (the run's start: the fault log's clock)."""
     by_url: dict[str, list[float]] = defaultdict(list)
     for r in pages:
         by_url[r.url].append(r.time_s)
@@ -88,7 +91,7 @@ def repeats(pages: Sequence[RequestRecord], faults: Sequence[FaultRecord], max_r
             if any(start <= t and prev <= end for start, end in spans):
                 explained += 1
             else:
-                unexplained.append(f"{url} at t={t:.1f} (previous t={prev:.1f})")
+                unexplained.append(f"{url} at t={t - t0:.1f} (previous t={prev - t0:.1f})")
     return {
         "urls": len(by_url),
         "beyond_allowance": explained + len(unexplained),

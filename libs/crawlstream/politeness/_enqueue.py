@@ -1,9 +1,12 @@
 """Appending new URLs to their domains' frontier files (or priority lanes) and queueing the domains.
 
-A ``urls.frontier`` batch replayed after a crash before its offsets were committed is
-appended again (the URL may be fetched twice; the stores downstream are idempotent by
-url_key). The append goes to disk before Redis records it: a crash in between leaves bytes
-past the recorded size, which ``FrontierFiles.reconcile`` adopts on the next touch.
+Each append records, with the files' new sizes, the next ``urls.frontier`` offset it covers
+(``PartitionKeys.appended``, ADR 037): a batch read again after a crash or a failed commit is
+skipped by the scheduler service instead of being queued (and fetched) a second time. The
+append goes to disk before Redis records it: a crash in between leaves bytes past the recorded
+size, which ``FrontierFiles.reconcile`` adopts on the next touch, and the mark is not moved, so
+that one batch is appended again (its URLs may be fetched twice; the stores downstream are
+idempotent by url_key).
 """
 
 from __future__ import annotations
@@ -51,9 +54,11 @@ class Appender:
         by_domain: dict[str, list[FrontierEntry]],
         now: int,
         unconditional: bool,
+        through: int | None = None,
     ) -> int:
         """Append ``by_domain`` (from ``entries``) to the files and queue the domains (the caller
-        holds the partition's lock); returns how many URLs were stored. Nothing when fenced."""
+        holds the partition's lock); returns how many URLs were stored. Nothing when fenced.
+        ``through``: the next input offset, recorded with the new sizes (ADR 037)."""
         keys = PartitionKeys(partition)
         read = self._ctx.redis.pipeline(transaction=False)
         read.get(keys.owner)
@@ -82,6 +87,8 @@ class Appender:
             accepted += len(group)
         if unconditional and self._ctx.planner is not None:
             pipe.hdel(keys.validators, *(ticket_field(e.domain, e.url) for e in entries))
+        if through is not None:
+            pipe.set(keys.appended, through)
         # a requeue answering -2 (excluded): the URLs wait parked in the files
         answers = pipe.execute()
         self._ctx.stats["parked_excluded"] += sum(n for i, n in parked if int(answers[i]) == -2)

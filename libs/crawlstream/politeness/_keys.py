@@ -31,6 +31,8 @@ The scheduler, per partition ``p`` (``PartitionKeys``; all O(domains), never O(U
     cs:sched:{p}:val         HASH  "domain\\nurl" -> validators of a revisit released to the
                                    frontier and not completed yet (O(revisits in flight))
     cs:sched:{p}:owner       STRING the token of the instance that loaded p last (fencing)
+    cs:sched:{p}:appended    STRING the next ``urls.frontier[p]`` offset not appended yet: a
+                                   replayed message below it is skipped (ADR 037)
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class PartitionKeys:
     """The key names of one scheduler partition (see the module docstring)."""
 
     __slots__ = (
+        "appended",
         "domains",
         "hash_prefix",
         "inflight",
@@ -70,6 +73,7 @@ class PartitionKeys:
         self.revisit_cursor = base + "rv"
         self.validators = base + "val"
         self.owner = base + "owner"
+        self.appended = base + "appended"
 
     def domain(self, domain: str) -> str:
         return self.hash_prefix + domain

@@ -65,7 +65,7 @@ from crawlstream.politeness._dispatch import Dispatcher
 from crawlstream.politeness._enqueue import Appender
 from crawlstream.politeness._file_states import FileStates
 from crawlstream.politeness._inspect import read_domain_state
-from crawlstream.politeness._keys import PartitionKeys, as_text
+from crawlstream.politeness._keys import PartitionKeys, as_int, as_text
 from crawlstream.politeness._lanes import PriorityLanes
 from crawlstream.politeness._locks import PartitionLocks
 from crawlstream.politeness._lua import scripts
@@ -335,22 +335,39 @@ class Scheduler:
 
     # -- the three operations ------------------------------------------------------------------
 
-    def enqueue(self, partition: int, entries: Sequence[FrontierEntry], *, unconditional: bool = False) -> int:
+    def enqueue(
+        self,
+        partition: int,
+        entries: Sequence[FrontierEntry],
+        *,
+        unconditional: bool = False,
+        through: int | None = None,
+    ) -> int:
         """Append new URLs to their domains' files and make those domains ready; return how many
         were stored. Too deep, invalid-domain and over-budget entries are counted and skipped.
         ``unconditional`` (``crawlstream refetch``): forget validators of a revisit of these URLs
-        still waiting, so the fetch asks for the full page whatever the copy we hold."""
+        still waiting, so the fetch asks for the full page whatever the copy we hold.
+        ``through``: the next ``urls.frontier[partition]`` offset these entries complete, recorded
+        with them (``appended_through``)."""
         now = self.now_ms()
         by_domain = self._appender.by_domain(entries)
         if not by_domain:
             return 0
         with self._locks.lock(partition):
             try:
-                accepted = self._appender.append(partition, entries, by_domain, now, unconditional)
+                accepted = self._appender.append(partition, entries, by_domain, now, unconditional, through)
             except redis.RedisError as exc:
                 raise RedisUnavailable(f"enqueue to scheduler partition {partition} failed ({exc})") from exc
         self.stats["enqueued"] += accepted
         return accepted
+
+    def appended_through(self, partition: int) -> int:
+        """The next ``urls.frontier[partition]`` offset not appended yet (0: none recorded). A
+        message below it is already in the frontier: queueing it again would fetch it twice."""
+        try:
+            return as_int(self.redis.get(PartitionKeys(partition).appended))
+        except redis.RedisError as exc:
+            raise RedisUnavailable(f"read of scheduler partition {partition}'s frontier mark failed ({exc})") from exc
 
     def due(self, partition: int, now_ms: int | None = None, limit: int = 100) -> list[FetchTicket]:
         """Hand out the next URL of up to ``limit`` domains whose next fetch time has come.

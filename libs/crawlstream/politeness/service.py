@@ -101,11 +101,15 @@ class ScheduleHandler(EventHandler):
         self._results: dict[int, list[tuple[str, str, FetchOutcome]]] = {}
         self._read = ResultsWatermark()  # the lease clock (ADR 035)
         self._touched: set[int] = set()  # partitions whose frontier files were appended to
+        self._appended: dict[int, int] = {}  # partition -> next urls.frontier offset not appended (ADR 037)
+        self._frontier_next: dict[int, int] = {}  # this batch's: partition -> last offset + 1
         self.requested = 0
+        self.replayed = 0  # urls.frontier messages read again after they were appended: skipped
 
     def on_assign(self, partitions: list[TopicPartition]) -> None:
         for p in {tp.partition for tp in partitions} - self._owned:
             self._scheduler.load_partition(p)
+            self._appended[p] = self._scheduler.appended_through(p)
             self._read.forget(p)
             self._owned.add(p)
 
@@ -113,14 +117,17 @@ class ScheduleHandler(EventHandler):
         for p in {tp.partition for tp in partitions} & self._owned:
             self._scheduler.flush_partition(p)
             self._scheduler.drop_partition(p)
-            self._read.forget(p)
-            self._owned.discard(p)
+            self._forget(p)
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         for p in {tp.partition for tp in partitions} & self._owned:
             self._scheduler.drop_partition(p)
-            self._read.forget(p)
-            self._owned.discard(p)
+            self._forget(p)
+
+    def _forget(self, partition: int) -> None:
+        self._read.forget(partition)
+        self._appended.pop(partition, None)
+        self._owned.discard(partition)
 
     def caught_up(self, partitions: list[TopicPartition], as_of_ms: int) -> None:
         for tp in partitions:
@@ -129,6 +136,10 @@ class ScheduleHandler(EventHandler):
 
     def handle(self, event: DiscoveredUrl | FetchResult, message: Message) -> None:
         if isinstance(event, DiscoveredUrl):
+            if message.offset < self._appended.get(message.partition, 0):
+                self.replayed += 1  # a replay after a crash or a failed commit: queued already
+                return
+            self._frontier_next[message.partition] = message.offset + 1
             entry = FrontierEntry(
                 domain=event.domain,
                 url=event.url,
@@ -154,14 +165,18 @@ class ScheduleHandler(EventHandler):
             self._scheduler.complete_all(self._results)
             self._touched.update(self._results)
             self._results.clear()
-        for partition, entries in self._incoming.items():
-            self._scheduler.enqueue(partition, entries)
+        for partition, through in self._frontier_next.items():
+            # the last append of the partition's batch records the offset the batch ends at
+            incoming, forced = self._incoming.get(partition, []), self._forced.get(partition, [])
+            if incoming:
+                self._scheduler.enqueue(partition, incoming, through=None if forced else through)
+            if forced:
+                self._scheduler.enqueue(partition, forced, unconditional=True, through=through)
+            self._appended[partition] = through
             self._touched.add(partition)
         self._incoming.clear()
-        for partition, entries in self._forced.items():
-            self._scheduler.enqueue(partition, entries, unconditional=True)
-            self._touched.add(partition)
         self._forced.clear()
+        self._frontier_next.clear()
         now_ms = int(time.time() * 1000)
         due = self._scheduler.due_all(sorted(self._owned), limit=self._due_limit, expire_through=self._read.bounds())
         for ticket in due:
