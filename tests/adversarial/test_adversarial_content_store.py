@@ -1,7 +1,7 @@
 """A ContentStore over damaged files: every read is the body that was stored, or ChecksumMismatch.
 
 One small store is built once (hot single records, a reference record, a cold group record,
-an index snapshot and logs); each example copies it, damages one file, opens the copy and
+the index database and logs); each example copies it, damages one file, opens the copy and
 reads every URL back. Re-sealed damage (crc32 and frame checksum recomputed, as a checksum
 collision or a foreign writer would leave it) must still never be served, and no read may
 allocate from a length field more than the data can back (measured with tracemalloc).
@@ -58,7 +58,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = _open(root)
     for i, (url, body) in enumerate(PAGES):
         store.put(url, body, content_type="text/html", title=f"T{i}", status=200, fetched_at_ms=1000 + i)
-    store.recompress(older_than_s=0, tier="cold", now_ms=10**13)  # one group record, and an index snapshot
+    store.recompress(older_than_s=0, tier="cold", now_ms=10**13)  # one group record
     for i, (url, body) in enumerate(HOT_PAGES):
         store.put(url, body, fetched_at_ms=2000 + i)
     store.close()
@@ -197,7 +197,7 @@ def test_resealed_damage_anywhere_in_a_record_is_never_served(template: Path, da
 
 
 @settings(ADVERSARIAL, max_examples=120)
-@given(st.data(), st.sampled_from(["index.log", "index-*.snap", "ops.log", "quarantine.log", "FORMAT"]))
+@given(st.data(), st.sampled_from(["index.sqlite", "ops.log", "quarantine.log", "FORMAT"]))
 def test_a_store_with_a_damaged_index_or_log_opens_and_serves_only_stored_bodies(
     template: Path, data: st.DataObject, pattern: str
 ) -> None:

@@ -31,18 +31,17 @@ from crawlstream.store import (
     RecordHeader,
     UnsupportedFormat,
     content_hash,
-    decode_index_snapshot,
     decode_log_records,
     decode_meta,
     decode_record_header,
     encode_group,
-    encode_index_snapshot,
     encode_log_record,
     encode_meta,
     encode_record,
     member_checksum,
     scan_records,
 )
+from crawlstream.store._index_legacy import decode_index_snapshot, encode_index_snapshot
 from crawlstream.urls import url_key
 
 pytestmark = pytest.mark.timeout(60)

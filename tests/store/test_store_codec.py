@@ -13,18 +13,17 @@ from crawlstream.store import (
     TornRecord,
     UnsupportedFormat,
     content_hash,
-    decode_index_snapshot,
     decode_log_records,
     decode_meta,
     decode_record_header,
     encode_group,
-    encode_index_snapshot,
     encode_log_record,
     encode_meta,
     encode_record,
     member_checksum,
     scan_records,
 )
+from crawlstream.store._index_legacy import decode_index_snapshot, encode_index_snapshot
 
 
 def _record(url: str, body: bytes, seq: int = 1, kind: int = KIND_BODY) -> bytes:

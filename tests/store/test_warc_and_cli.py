@@ -84,7 +84,8 @@ def test_store_verify_reports_damage_and_exits_one(data_dir: Path, capsys: pytes
 
 
 def test_store_rebuild_index_and_stats(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (data_dir / "store" / "index.log").unlink()
+    for index_file in (data_dir / "store").glob("index.sqlite*"):
+        index_file.unlink()
     assert main(["store", "rebuild-index", "--data-dir", str(data_dir)]) == 0
     assert json.loads(capsys.readouterr().out)["live_urls"] == 51
     assert main(["store", "stats", "--data-dir", str(data_dir)]) == 0

@@ -19,8 +19,8 @@ The formats that use it, and what each does:
 format                    byte order payload size bounds         a frame failing its CRC
 ========================= ========== =========================== =========================================
 content store logs        little     none                        skipped and counted; the walk goes on
-(index.log, ops.log,                                             (``store._logs.read_log`` logs the count);
-quarantine.log, dicts.log;                                       a torn tail is truncated at start-up
+(ops.log, quarantine.log,                                        (``store._logs.read_log`` logs the count);
+dicts.log;                                                       a torn tail is truncated at start-up
 ``store._codec``)
 frontier files and lanes  little     fixed fields .. + 1 MiB URL ends the good data: ``reconcile`` cuts
 (``frontier._records``;                                          the file there (as a torn tail)

@@ -260,6 +260,12 @@ class StoreSettings:
         "rebuilt when next needed (milliseconds)",
         check=positive,
     )
+    index_cache_bytes: int = setting(
+        4 * 1024 * 1024,
+        "SQLite page cache of a store root's url index (index.sqlite, ADR 036): lookups and puts miss it "
+        "for the OS page cache; a sharded store gives each of its 128 shards an eighth of it",
+        check=positive,
+    )
     global_dict_min_samples: int = setting(32, "bodies needed before the global dictionary is trained", check=positive)
     large_body_bytes: int = setting(
         4 * 1024 * 1024, "bodies larger than this are compressed without a dictionary", check=positive
@@ -286,8 +292,9 @@ class StoreSettings:
     segment_bytes: int = setting(64 * 1024 * 1024, "segment file size before rolling to a new one", check=positive)
     fsync: str = setting(
         "batch",
-        "store durability: 'always' fsyncs each put (segment then index), 'batch' on sync/roll/"
-        "recompress/close (a kill -9 loses nothing, a power loss may), 'never' leaves it to the OS",
+        "store durability: 'always' fsyncs each put's record (the index catches up from the segments at "
+        "start-up), 'batch' on sync/roll/recompress/close (a kill -9 loses nothing, a power loss may), "
+        "'never' leaves it to the OS",
         check=one_of("always", "batch", "never"),
     )
     warm_after_s: float = setting(

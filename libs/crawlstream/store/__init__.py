@@ -4,8 +4,8 @@ Append-only segments of independently decompressible zstd frames (fixed headers 
 frames, IIPC warc-zstd style; URL/title metadata inside the compressed frame), per-domain and
 global trained dictionaries, tiers hot/warm/cold/archive with crash-safe recompression (cold and
 archive pages grouped several per zstd frame, each still read alone) in bounded maintenance
-steps that do not stall puts, compaction of dead space (ADR 018), an
-index url_key -> location (a zstd-compressed snapshot + a log) with tombstones and tags,
+steps that do not stall puts, compaction of dead space (ADR 018), a
+url index on disk (one SQLite database per store root, ADR 036) with tombstones and tags,
 checksums verified on every read and damaged regions quarantined.
 See docs/decisions/002-content-store-layout.md for the layout and its measurements.
 """
@@ -23,12 +23,10 @@ from crawlstream.store._codec import (
     TornRecord,
     UnsupportedFormat,
     content_hash,
-    decode_index_snapshot,
     decode_log_records,
     decode_meta,
     decode_record_header,
     encode_group,
-    encode_index_snapshot,
     encode_log_record,
     encode_meta,
     encode_record,
@@ -73,12 +71,10 @@ __all__ = [
     "UnsupportedFormat",
     "VerifyReport",
     "content_hash",
-    "decode_index_snapshot",
     "decode_log_records",
     "decode_meta",
     "decode_record_header",
     "encode_group",
-    "encode_index_snapshot",
     "encode_log_record",
     "encode_meta",
     "encode_record",

@@ -1,4 +1,4 @@
-"""Byte layouts of the content store: segment records, CRC-framed log records, index snapshots.
+"""Byte layouts of the content store: segment records and CRC-framed log records.
 
 Pure: no I/O, no clock, no environment. An external reader can reproduce every layout
 here from this module alone (it mirrors the IIPC warc-zstd idea: the fixed record header
@@ -42,9 +42,8 @@ check and skip records.
 Log record: u32 payload_len | u32 crc32(payload) | payload (compact JSON object): a little-endian
 frame of ``crawlstream.durable`` (``encode_frame``, read with ``iter_frames``).
 
-Index snapshot (``index-<gen>.snap``): one zstd frame (content checksum on) of
-``b"CSIX3\n" | u32 json_len | JSON columns | 16-byte content hashes``; see
-``encode_index_snapshot``.
+The url index is a SQLite database (``_index_db``); the snapshots of the layout before it are
+read once, to migrate, by ``_index_legacy``.
 """
 
 from __future__ import annotations
@@ -53,12 +52,11 @@ import contextlib
 import json
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
-import zstandard as zstd
 
 from crawlstream.durable import encode_frame, iter_frames
 from crawlstream.errors import BadDataError, ChecksumMismatch
@@ -77,12 +75,10 @@ __all__ = [
     "TornRecord",
     "UnsupportedFormat",
     "content_hash",
-    "decode_index_snapshot",
     "decode_log_records",
     "decode_meta",
     "decode_record_header",
     "encode_group",
-    "encode_index_snapshot",
     "encode_log_record",
     "encode_meta",
     "encode_record",
@@ -107,8 +103,6 @@ MAX_GROUP_MEMBERS = 0xFFFF
 _MAGIC_BYTES = _SKIP.pack(SKIPPABLE_MAGIC, 0)[:4]
 _PAYLOAD_SIZE = _HEADER.size + _CRC.size
 MAX_META_BYTES = 1 << 20
-_SNAP_MAGIC = b"CSIX3\n"
-_U32 = struct.Struct("<I")
 _MAX_ZSTD_RATIO = 32768
 """No zstd frame decompresses to more than this many bytes per stored byte (a 4-byte RLE block
 yields at most 128 KiB): a header that claims more is corrupt, whatever its crc32 says."""
@@ -490,118 +484,3 @@ def decode_log_records(buf: bytes) -> tuple[list[dict[str, Any]], int, int]:
         else:
             skipped += 1
     return out, pos, skipped
-
-
-def encode_index_snapshot(
-    gen: int, records: list[dict[str, Any]], ends: dict[str, int], key_of: Callable[[str], int]
-) -> bytes:
-    """The live index as one zstd frame of columns (sorted by URL so neighbours share prefixes).
-
-    ``records`` are index put entries (the dicts of the log). url_keys are not stored when
-    ``key_of(url)`` reproduces them; tiers are the segment's directory. ``ends`` maps each
-    segment to the end of its last indexed record (start-up re-indexes records past it).
-    """
-    recs = sorted(records, key=lambda r: r["u"])
-    segs: dict[str, int] = {}
-
-    def seg_id(name: str) -> int:
-        return segs.setdefault(name, len(segs))
-
-    cols: dict[str, Any] = {k: [] for k in ("u", "q", "ls", "lo", "ll", "ld", "lm", "z", "f", "t", "n", "s")}
-    kx: dict[str, int] = {}
-    refs: dict[str, list[int]] = {}
-    for i, r in enumerate(recs):
-        try:
-            same_key = key_of(r["u"]) == r["k"]
-        except BadDataError:
-            same_key = False
-        if not same_key:
-            kx[str(i)] = r["k"]
-        loc = r["l"]
-        cols["u"].append(r["u"])
-        cols["q"].append(r["q"])
-        cols["ls"].append(seg_id(loc[0]))
-        cols["lo"].append(loc[1])
-        cols["ll"].append(loc[2])
-        cols["ld"].append(loc[3])
-        cols["lm"].append(loc[5] if len(loc) > 5 else 0)
-        cols["z"].append(r["z"])
-        cols["f"].append(r["f"])
-        cols["t"].append(r.get("t"))
-        cols["n"].append(r.get("n"))
-        cols["s"].append(r.get("s"))
-        if "r" in r:
-            refs[str(i)] = [seg_id(r["r"][0]), r["r"][1], r["r"][2]]
-    head = {"gen": gen, "segs": list(segs), "ends": ends, "kx": kx, "r": refs, **cols}
-    meta = json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode()
-    hashes = b"".join(bytes.fromhex(r["h"]) for r in recs)
-    content = _SNAP_MAGIC + _U32.pack(len(meta)) + meta + hashes
-    return zstd.ZstdCompressor(level=19, write_checksum=True).compress(content)
-
-
-def decode_index_snapshot(
-    data: bytes, key_of: Callable[[str], int]
-) -> tuple[int, list[dict[str, Any]], dict[str, int]]:
-    """Inverse of ``encode_index_snapshot``: (gen, put entries, segment ends).
-
-    ChecksumMismatch if the snapshot is damaged (zstd content checksum, layout) and
-    UnsupportedFormat if it is another layout version.
-    """
-    # Streamed, not ZstdDecompressor.decompress(): that allocates the content size written in
-    # the frame header up front, and no checksum covers that field (a flipped bit asked for 1 TiB).
-    dobj = zstd.ZstdDecompressor().decompressobj()
-    try:
-        content = dobj.decompress(data)
-    except zstd.ZstdError as exc:
-        raise ChecksumMismatch(f"index snapshot does not decompress: {exc}") from exc
-    if not dobj.eof or dobj.unused_data:
-        raise ChecksumMismatch(f"index snapshot of {len(data)} bytes is not exactly one whole zstd frame")
-    if not zstd.get_frame_parameters(data).has_checksum:
-        # Written with one; a flipped flag bit would switch the check off and let damage through.
-        raise ChecksumMismatch("index snapshot frame has lost its content checksum flag")
-    if not content.startswith(_SNAP_MAGIC):
-        if content.startswith(b"CSIX"):
-            raise UnsupportedFormat(f"index snapshot is layout {content[:5]!r}, this build reads {_SNAP_MAGIC[:5]!r}")
-        raise ChecksumMismatch("index snapshot does not start with its magic")
-    pos = len(_SNAP_MAGIC)
-    if len(content) < pos + _U32.size:
-        raise ChecksumMismatch(f"index snapshot of {len(content)} bytes ends inside its header")
-    (meta_len,) = _U32.unpack_from(content, pos)
-    pos += _U32.size
-    try:
-        head = json.loads(content[pos : pos + meta_len])
-        segs: list[str] = head["segs"]
-        n = len(head["u"])
-        hashes = content[pos + meta_len :]
-        if len(hashes) != 16 * n:
-            raise ChecksumMismatch(f"index snapshot holds {len(hashes)} hash bytes for {n} entries")
-        kx: dict[str, int] = head["kx"]
-        refs: dict[str, list[int]] = head["r"]
-        out: list[dict[str, Any]] = []
-        for i in range(n):
-            url = head["u"][i]
-            seg = segs[head["ls"][i]]
-            loc = [seg, head["lo"][i], head["ll"][i], head["ld"][i], seg.split("/", 1)[0]]
-            if head["lm"][i]:
-                loc.append(head["lm"][i])
-            rec: dict[str, Any] = {
-                "u": url,
-                "k": kx[str(i)] if str(i) in kx else key_of(url),
-                "q": head["q"][i],
-                "l": loc,
-                "h": hashes[16 * i : 16 * i + 16].hex(),
-                "z": head["z"][i],
-                "f": head["f"][i],
-                "t": head["t"][i],
-                "n": head["n"][i],
-                "s": head["s"][i],
-            }
-            ref = refs.get(str(i))
-            if ref is not None:
-                rec["r"] = [segs[ref[0]], ref[1], ref[2]]
-            out.append(rec)
-        return int(head["gen"]), out, {str(k): int(v) for k, v in head["ends"].items()}
-    # Wrong JSON types show up as any of these (an int where a str was: AttributeError; inf
-    # where an int was: OverflowError); key_of's InvalidUrl is a ValueError.
-    except (KeyError, IndexError, TypeError, AttributeError, OverflowError, *_JSON_ERRORS) as exc:
-        raise ChecksumMismatch(f"index snapshot is malformed: {exc!r}") from exc

@@ -1,4 +1,4 @@
-"""Reading the store's CRC-framed logs (index.log, ops.log, quarantine.log) at start-up."""
+"""Reading the store's CRC-framed logs (ops.log, quarantine.log; a format-3 store's index.log once) at start-up."""
 
 from __future__ import annotations
 

@@ -10,11 +10,13 @@ background thread the bucket compressor runs them on.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from crawlstream.store._model import TIERS, Entry, Location
@@ -25,7 +27,17 @@ if TYPE_CHECKING:
     from crawlstream.store._shards import ShardedStore
     from crawlstream.store._store import ContentStore
 
-__all__ = ["GroupShape", "Move", "StoreMaintainer", "pick_batch", "sample_evenly", "segment_live_bytes"]
+__all__ = [
+    "REF_RECORD_ESTIMATE",
+    "GroupShape",
+    "Move",
+    "Relocation",
+    "StoreMaintainer",
+    "pick_batch",
+    "sample_evenly",
+    "segment_live_bytes",
+    "tier_cutoffs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +46,7 @@ GROUP_TIERS = ("cold", "archive")  # tiers written as group records (several pag
 _DAY_MS = 86_400_000
 # A single reference record whose length the index does not know (an index written before
 # lengths were kept): header (86 B) + a compressed metadata line.
-_REF_RECORD_ESTIMATE = 160
+REF_RECORD_ESTIMATE = 160
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,16 @@ class Move:
     seq: int
     keep_body: bool = False
     body_at: Location | None = None
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """Where a batch wrote a moved entry: its body is at ``location``; its own reference record,
+    if it has one, in ``record_segment``, costing ``record_bytes`` (its length, or a group member's share)."""
+
+    location: Location
+    record_segment: str = ""
+    record_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +102,20 @@ def target_tier(entry: Entry, now_ms: int, after_s: Mapping[str, float], *, ages
     return best
 
 
+def tier_cutoffs(now_ms: int, after_s: Mapping[str, float], *, ages_zero: bool = False) -> dict[str, int]:
+    """Per tier above the deepest, the newest ``fetched_at_ms`` that ``target_tier`` may move deeper:
+    old enough for the youngest deeper tier (every page with ``ages_zero``). Narrows an index query;
+    ``target_tier`` still decides."""
+    out: dict[str, int] = {}
+    for tier in TIERS[:-1]:
+        if ages_zero:
+            out[tier] = 1 << 62
+        else:
+            youngest = min(after_s[deeper] for deeper in TIERS[TIER_RANK[tier] + 1 :])
+            out[tier] = math.floor(now_ms - youngest * 1000)
+    return out
+
+
 def batch_order(entry: Entry) -> tuple[int, str, str]:
     """Oldest day first; inside a day by domain then URL, so a batch holds whole runs of a domain
     (its pages share the most, and groups are filled domain by domain: ADR 002)."""
@@ -107,56 +143,47 @@ def pick_batch(candidates: Iterable[Move], budget_bytes: int) -> list[Move]:
     return out
 
 
-def sample_evenly(entries: list[Entry], cap_bytes: int) -> list[Entry]:
-    """Entries of distinct content spread evenly over ``entries`` whose raw sizes add up to at most ``cap_bytes``."""
-    unique: dict[bytes, Entry] = {}
-    for e in entries:
-        unique.setdefault(e.content_hash, e)
-    pool = list(unique.values())
-    total = sum(e.raw_size for e in pool)
-    if total <= cap_bytes:
-        return pool
-    stride = -(-total // cap_bytes)  # every stride-th page, then trimmed to the cap
+def sample_evenly(bodies: Iterable[Entry], total_bytes: int, cap_bytes: int) -> list[Entry]:
+    """Entries spread evenly over ``bodies`` (one per distinct body, ``total_bytes`` of raw sizes in all)
+    whose raw sizes add up to at most ``cap_bytes``: every stride-th, trimmed to the cap. Reads
+    ``bodies`` once, holding only what it takes."""
+    stride = max(1, -(-total_bytes // max(1, cap_bytes))) if total_bytes > cap_bytes else 1
     out: list[Entry] = []
     used = 0
-    for e in pool[::stride]:
-        if used + e.raw_size <= cap_bytes:
+    for i, e in enumerate(bodies):
+        if i % stride == 0 and used + e.raw_size <= cap_bytes:
             out.append(e)
             used += e.raw_size
     return out
 
 
 def segment_live_bytes(
-    entries: Iterable[Entry], shapes: Mapping[tuple[str, int], GroupShape]
+    locations: Iterable[Location], reference_bytes: Mapping[str, int], shapes: Mapping[tuple[str, int], GroupShape]
 ) -> tuple[dict[str, float], list[Location]]:
     """Estimated live bytes per segment, and the group records whose shape is not known yet.
 
-    A single record counts whole; a group record counts the share of its live body members'
-    content (a group of unknown shape counts whole); a URL's own reference record (single or
-    group member) counts ``record_bytes`` (estimated when unknown).
+    ``locations``: the body location of every live entry, ordered by segment and offset (a record
+    several URLs share comes once per URL: ``IndexQueries.record_locations``), folded one record
+    at a time. A single record counts whole; a group record counts the share of its live body
+    members' content (a group of unknown shape counts whole). ``reference_bytes``: per segment,
+    the URLs' own reference records (``record_bytes``, ``REF_RECORD_ESTIMATE`` when unknown).
     """
-    live: dict[str, float] = defaultdict(float)
-    group_members: dict[tuple[str, int], tuple[Location, set[int]]] = {}
-    singles: set[tuple[str, int]] = set()
-    for e in entries:
-        loc = e.location
-        key = (loc.segment, loc.offset)
-        if loc.tier in GROUP_TIERS:
-            group_members.setdefault(key, (loc, set()))[1].add(loc.member)
-        elif key not in singles:
-            singles.add(key)
-            live[loc.segment] += loc.length
-        if e.record_segment:
-            live[e.record_segment] += e.record_bytes or _REF_RECORD_ESTIMATE
+    live: dict[str, float] = defaultdict(float, reference_bytes)
     unknown: list[Location] = []
-    for key, (loc, members) in group_members.items():
-        shape = shapes.get(key)
-        if shape is None:
-            unknown.append(loc)
-            live[loc.segment] += loc.length
+    for (segment, _), run in groupby(locations, key=lambda loc: (loc.segment, loc.offset)):
+        urls = list(run)  # the live URLs of one record: a group's members at most
+        first = urls[0]
+        if first.tier not in GROUP_TIERS:
+            live[segment] += first.length
             continue
+        shape = shapes.get((segment, first.offset))
+        if shape is None:
+            unknown.append(first)
+            live[segment] += first.length
+            continue
+        members = {loc.member for loc in urls}
         body = sum(shape.sizes[i] for i in members if i < len(shape.sizes))
-        live[loc.segment] += loc.length * body / shape.total
+        live[segment] += first.length * body / shape.total
     return dict(live), unknown
 
 

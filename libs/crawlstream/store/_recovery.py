@@ -1,10 +1,11 @@
 """Integrity: the format check and crash recovery at start-up, ``verify`` and ``rebuild-index``.
 
-Start-up re-indexes complete records a crash left past each segment's indexed end and
-truncates torn tails (ADR 002's order makes that enough: a record is written before its
-index entry). ``verify`` scans every record and names the live URLs whose body it lost;
-``rebuild_index`` rewrites the index from the records' metadata lines, keeping tombstones
-and tags (ops.log) on top by sequence number.
+Start-up re-indexes complete records a crash left past each segment's indexed end (the
+uncommitted tail of the index, ADR 036) and truncates torn tails (ADR 002's order makes that
+enough: a record is written before its index row), then applies ops.log past the last
+sequence number the index committed. ``verify`` scans every record and names the live URLs
+whose body it lost; ``rebuild_index`` rewrites the index from the records' metadata lines,
+keeping tombstones and tags (ops.log) on top by sequence number.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import logging
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from crawlstream.durable import write_atomically
-from crawlstream.errors import ChecksumMismatch
+from crawlstream.errors import BadDataError, ChecksumMismatch
 from crawlstream.store._codec import (
     KIND_BODY,
-    VERSION,
     GroupHeader,
     RecordHeader,
     ScanItem,
@@ -30,22 +31,28 @@ from crawlstream.store._codec import (
     scan_records,
 )
 from crawlstream.store._index import UrlIndex
-from crawlstream.store._index_log import IndexLog, put_record
+from crawlstream.store._index_legacy import LEGACY_FORMAT
 from crawlstream.store._logs import read_log
 from crawlstream.store._maintenance import TIER_RANK
-from crawlstream.store._model import Location, Problem
+from crawlstream.store._model import Entry, Location, Problem
 from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._reader import RecordReader
 from crawlstream.store._reports import VerifyReport
 from crawlstream.store._segments import SegmentMissing, Segments
+from crawlstream.store._urls import UrlParts
 
-__all__ = ["Integrity", "check_format"]
+__all__ = ["STORE_FORMAT", "Integrity", "check_format", "mark_format", "quarantined_urls"]
 
 logger = logging.getLogger(__name__)
 
+STORE_FORMAT = 4  # 4: the index in index.sqlite (ADR 036); 3: snapshot + index.log, migrated on open
 
-def check_format(root: Path) -> None:
-    """Refuse a root written by another layout version (no migration: a clear error instead)."""
+# A record found in a segment: its header, where its body is, its own reference record (if a reference).
+_Found = tuple[RecordHeader, Location, Location | None]
+
+
+def check_format(root: Path) -> bool:
+    """Refuse a root written by another layout; True when it is format 3, whose index the caller migrates."""
     marker = root / "FORMAT"
     if (root / "LAYOUT").exists():
         raise UnsupportedFormat(
@@ -57,19 +64,38 @@ def check_format(root: Path) -> None:
             found = json.loads(marker.read_text()).get("store_format")
         except (ValueError, AttributeError):
             found = None
-        if found != VERSION:
+        if found == LEGACY_FORMAT:
+            return True
+        if found != STORE_FORMAT:
             raise UnsupportedFormat(
-                f"store {root} is in format {found!r}, this build reads format {VERSION}; "
-                "open it with the build that wrote it, or re-ingest into a new store directory"
+                f"store {root} is in format {found!r}, this build reads format {STORE_FORMAT} (and migrates "
+                f"format {LEGACY_FORMAT}); open it with the build that wrote it, or re-ingest into a new store "
+                "directory"
             )
-        return
+        return False
     if (root / "index.log").exists() or any((root / "segments").glob("*/*.seg")):
         raise UnsupportedFormat(
             f"store {root} has no FORMAT marker: it was written by format 1 (before the marker); "
-            f"this build reads format {VERSION}. Re-ingest the pages into a new store directory"
+            f"this build reads format {STORE_FORMAT}. Re-ingest the pages into a new store directory"
         )
     root.mkdir(parents=True, exist_ok=True)
-    write_atomically(marker, json.dumps({"store_format": VERSION}).encode())
+    mark_format(root)
+    return False
+
+
+def mark_format(root: Path) -> None:
+    write_atomically(root / "FORMAT", json.dumps({"store_format": STORE_FORMAT}).encode())
+
+
+def quarantined_urls(index: UrlIndex, quarantine: Quarantine) -> list[str]:
+    """Live URLs whose body is quarantined: the entries of each damaged region (under the store lock)."""
+    urls = [
+        e.url
+        for segment, offset in quarantine.regions()
+        for e in index.entries_in(segment, offset, offset + 1)
+        if quarantine.has(e.location)
+    ]
+    return sorted(urls)
 
 
 class Integrity:
@@ -80,67 +106,36 @@ class Integrity:
         reader: RecordReader,
         quarantine: Quarantine,
         index: UrlIndex,
-        index_log: IndexLog,
         lock: threading.RLock,
         maint_lock: threading.Lock,
+        parts: Callable[[str], UrlParts],
     ) -> None:
         self._segments = segments
         self._reader = reader
         self._quarantine = quarantine
         self._index = index
-        self._index_log = index_log
         self._lock = lock
         self._maint_lock = maint_lock
+        self._parts = parts
 
     # ------------------------------------------------------------------ start-up
 
-    def recover_segment_tails(self, puts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Index complete records past the last indexed one; truncate torn tails. Returns the put records added."""
-        known_end = dict(self._index_log.indexed_end)
-        blobs: dict[str, Location] = {}
-        for rec in puts:
-            blobs[rec["h"]] = Location.from_list(rec["l"])
-        recovered: list[dict[str, Any]] = []
+    def recover_segment_tails(self, ops: list[dict[str, Any]]) -> int:
+        """Index complete records past each segment's indexed end, truncate torn tails, apply ``ops``
+        (ops.log) past the committed seq; returns the records re-indexed."""
+        known_end = self._index.segment_ends()
+        committed = self._index.committed_seq()
+        found: list[_Found] = []
+        bodies: dict[bytes, Location] = {}
         sizes = self._segments.sizes()
         for name in self._segments.names():
-            size = sizes[name]
             start = known_end.get(name, 0)
-            if size <= start:
+            if sizes[name] <= start:
                 continue
             data = self._segments.read_all(name)  # an archive object only after a crash before its swap
-            refs: list[tuple[RecordHeader, Location]] = []
-            for item in scan_records(data, start):
-                if item.problem == "torn" and self._segments.is_remote(name):
-                    logger.error("archive segment %s: torn record at %d (uploaded whole: damage)", name, item.offset)
-                    break
-                if item.problem == "torn":
-                    logger.warning(
-                        "segment %s: torn tail of %d bytes at %d truncated (crash during append)",
-                        name,
-                        item.length,
-                        item.offset,
-                    )
-                    with open(self._segments.path(name), "r+b") as fh:
-                        fh.truncate(item.offset)
-                        os.fsync(fh.fileno())
-                    break
-                if item.problem == "corrupt":
-                    self._quarantine.add(
-                        name,
-                        item.offset,
-                        item.length,
-                        "corrupt region found at start-up",
-                        data[item.offset : item.offset + item.length],
-                    )
-                    continue
-                for header, rec_loc in self._reader.decode_item(name, item, data)[0]:
-                    if header.kind == KIND_BODY:
-                        blobs[header.content_hash.hex()] = rec_loc
-                        recovered.append(put_record(header, rec_loc, None))
-                    else:
-                        refs.append((header, rec_loc))
+            refs, end = self._scan_tail(name, data, start, found, bodies)
             for header, rec_loc in refs:
-                body_loc = blobs.get(header.content_hash.hex())
+                body_loc = bodies.get(header.content_hash) or self._index.body_location(header.content_hash)
                 if body_loc is None:
                     logger.error(
                         "segment %s: reference record at %d names a body that is not stored; skipped",
@@ -148,18 +143,120 @@ class Integrity:
                         rec_loc.offset,
                     )
                     continue
-                recovered.append(put_record(header, body_loc, rec_loc))
-        for rec in recovered:
-            self._index_log.append(rec)
-        if recovered:
-            self._index_log.sync()
-            logger.warning("re-indexed %d records that a crash left unindexed", len(recovered))
-        return recovered
+                found.append((header, body_loc, rec_loc))
+            self._index.indexed(name, end)
+        self._apply(found, ops, committed)
+        self._index.commit()
+        if found:
+            logger.warning("re-indexed %d records that a crash left unindexed", len(found))
+        return len(found)
+
+    def _scan_tail(
+        self, name: str, data: bytes, start: int, found: list[_Found], bodies: dict[bytes, Location]
+    ) -> tuple[list[tuple[RecordHeader, Location]], int]:
+        """The records of ``name`` from ``start``: bodies into ``found`` (and ``bodies``), references
+        returned (their body may come later); and where the whole records end."""
+        refs: list[tuple[RecordHeader, Location]] = []
+        end = start
+        for item in scan_records(data, start):
+            if item.problem == "torn" and self._segments.is_remote(name):
+                logger.error("archive segment %s: torn record at %d (uploaded whole: damage)", name, item.offset)
+                break
+            if item.problem == "torn":
+                logger.warning(
+                    "segment %s: torn tail of %d bytes at %d truncated (crash during append)",
+                    name,
+                    item.length,
+                    item.offset,
+                )
+                with open(self._segments.path(name), "r+b") as fh:
+                    fh.truncate(item.offset)
+                    os.fsync(fh.fileno())
+                break
+            end = item.offset + item.length
+            if item.problem == "corrupt":
+                self._quarantine.add(
+                    name, item.offset, item.length, "corrupt region found at start-up", data[item.offset : end]
+                )
+                continue
+            for header, rec_loc in self._reader.decode_item(name, item, data)[0]:
+                if header.kind == KIND_BODY:
+                    bodies[header.content_hash] = rec_loc
+                    found.append((header, rec_loc, None))
+                else:
+                    refs.append((header, rec_loc))
+        return refs, end
+
+    def _apply(self, found: list[_Found], ops: list[dict[str, Any]], committed: int) -> None:
+        """Bring the index up to date with ``found`` records and the ``ops`` past ``committed``, in seq order.
+
+        A record of seq ``q`` wins over the URL's entry of a lower seq, and over one of the same seq
+        when it is a relocation (a record of the same seq in a tier at least as deep); a record of a
+        seq the index has committed is only a relocation of a live entry (a maintenance batch the kill
+        interrupted): a URL deleted or replaced since keeps its state. A tombstone removes an entry
+        of a lower seq, tags change the entry as ``tag`` did.
+        """
+        events: list[tuple[int, int, int]] = [
+            (h.seq, TIER_RANK[(rec_loc or loc).tier], i) for i, (h, loc, rec_loc) in enumerate(found)
+        ]
+        events += [(int(op["q"]), -1, i) for i, op in enumerate(ops) if op["q"] > committed]
+        events.sort()
+        for seq, rank, i in events:
+            self._index.seq = max(self._index.seq, seq)
+            if rank < 0:
+                self._apply_op(ops[i])
+                continue
+            header, loc, rec_loc = found[i]
+            url = str(header.meta.get("u", ""))
+            cur = self._index.lookup(header.url_key, url)
+            if (seq <= committed and (cur is None or cur.seq != seq)) or (cur is not None and cur.seq > seq):
+                continue
+            entry = self._entry(url, header, loc, rec_loc)
+            if cur is not None:
+                entry.tags = set(cur.tags)
+            self._index.insert(entry, cur)
+
+    def _apply_op(self, op: dict[str, Any]) -> None:
+        cur = self._index.lookup(op["k"], op["u"])
+        if cur is None:
+            return
+        if op["op"] == "del" and cur.seq < op["q"]:
+            self._index.remove(cur)
+        elif op["op"] == "tag":
+            self._index.restore_tags(cur, cur.tags | set(op["tags"]))
+        elif op["op"] == "untag":
+            self._index.restore_tags(cur, cur.tags - set(op["tags"]))
+
+    def _entry(self, url: str, header: RecordHeader, loc: Location, rec_loc: Location | None) -> Entry:
+        try:
+            parts = self._parts(url)
+            domain, path = parts.domain, parts.path
+        except BadDataError:
+            domain, path = "", ""
+        m = header.meta
+        entry = Entry(
+            url,
+            header.url_key,
+            loc,
+            header.content_hash,
+            header.raw_size,
+            header.seq,
+            header.fetched_at_ms,
+            domain,
+            path,
+            m.get("t"),
+            m.get("n"),
+            m.get("s"),
+        )
+        if rec_loc is not None:
+            entry.record_segment = rec_loc.segment
+            entry.record_bytes = rec_loc.length
+        return entry
 
     def rebuild_index(self) -> int:
-        """Rewrite the index (snapshot + fresh index.log) from the segments; returns the entries found."""
+        """Rewrite the index from the segments and ops.log; returns the records found."""
         with self._maint_lock, self._lock:
-            bodies: dict[str, Location] = {}
+            bodies: dict[bytes, Location] = {}
             records: list[tuple[RecordHeader, Location]] = []
             ends: dict[str, int] = {}
             for name in self._segments.names():
@@ -171,24 +268,23 @@ class Integrity:
                     for header, loc in self._reader.decode_item(name, item, data)[0]:
                         records.append((header, loc))
                         if header.kind == KIND_BODY:
-                            prev = bodies.get(header.content_hash.hex())
+                            prev = bodies.get(header.content_hash)
                             if prev is None or TIER_RANK[loc.tier] >= TIER_RANK[prev.tier]:
-                                bodies[header.content_hash.hex()] = loc
-            out: list[dict[str, Any]] = []
+                                bodies[header.content_hash] = loc
+            found: list[_Found] = []
             for header, loc in records:
                 if header.kind == KIND_BODY:
-                    out.append(put_record(header, loc, None))
-                else:
-                    body = bodies.get(header.content_hash.hex())
-                    if body is not None:
-                        out.append(put_record(header, body, loc))
-            ops = read_log(self._index.ops_path)
+                    found.append((header, loc, None))
+                elif (body := bodies.get(header.content_hash)) is not None:
+                    found.append((header, body, loc))
+            del records
             self._index.clear()
-            self._index.build(out, ops)
-            self._index_log.indexed_end = ends
-            self._index_log.snapshot(self._index)
-            logger.info("index rebuilt from segments: %d records", len(out))
-            return len(out)
+            self._apply(found, read_log(self._index.ops_path), 0)
+            for name, end in ends.items():
+                self._index.indexed(name, end)
+            self._index.commit()
+            logger.info("index rebuilt from segments: %d records", len(found))
+            return len(found)
 
     # ------------------------------------------------------------------ verify
 
@@ -208,12 +304,8 @@ class Integrity:
         """Segments the index points into that exist neither locally nor as archive objects (an object
         deleted behind the store's back): reported with the URLs lost, never a crash of a read."""
         with self._lock:
-            known = set(self._segments.names())
-            lost: dict[str, list[str]] = defaultdict(list)
-            for e in self._index.entries():
-                for seg in {e.location.segment, e.record_segment} - {""}:
-                    if seg not in known:
-                        lost[seg].append(e.url)
+            missing = self._index.referenced_segments() - set(self._segments.names())
+            lost = {seg: [e.url for e in self._index.segment_entries(seg)] for seg in missing}
         reported = {p.segment for p in found if p.kind == "missing"}
         return [
             Problem(seg, 0, 0, "missing", "segment not found locally nor in the archive", tuple(sorted(urls)))
@@ -224,15 +316,11 @@ class Integrity:
     def _urls_in_regions(self, regions: list[tuple[str, int, int]]) -> dict[tuple[str, int], list[str]]:
         """Live URLs whose body lies in one of ``regions`` (segment, offset, length) and cannot be read:
         the whole record is quarantined, or the URL's member of a group is."""
-        by_seg: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for seg, off, length in regions:
-            by_seg[seg].append((off, length))
         out: dict[tuple[str, int], list[str]] = defaultdict(list)
-        for e in self._index.entries():
-            loc = e.location
-            for off, length in by_seg.get(loc.segment, ()):
-                if off <= loc.offset < off + max(length, 1) and self._quarantine.has(loc):
-                    out[(loc.segment, off)].append(e.url)
+        for seg, off, length in regions:
+            for e in self._index.entries_in(seg, off, off + max(length, 1)):
+                if self._quarantine.has(e.location):
+                    out[(seg, off)].append(e.url)
         for urls in out.values():
             urls.sort()
         return out

@@ -33,6 +33,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import zstandard as zstd
@@ -180,7 +181,9 @@ class Retrainer:
     def served(self) -> dict[str, int]:
         """Live URLs each current dictionary serves (by domain; ``GLOBAL_DOMAIN``: the long tail)."""
         with self._lock:
-            counts = self._index.domain_counts()
+            snapshot = self._index.snapshot()
+        with snapshot:
+            counts = snapshot.domain_counts()
         out: dict[str, int] = {}
         tail = 0
         for domain, n in counts.items():
@@ -192,18 +195,11 @@ class Retrainer:
         return out
 
     def distinct_bodies(self, domain: str) -> int:
-        """Distinct live bodies a dictionary for ``domain`` (or the global one) serves: O(its URLs), under the lock."""
+        """Distinct live bodies a dictionary for ``domain`` (or the global one) serves (an index aggregate)."""
         with self._lock:
-            if domain != GLOBAL_DOMAIN:
-                return len({e.content_hash for e in self._index.domain_entries(domain)})
-            return len(
-                {
-                    e.content_hash
-                    for d in self._index.domain_counts()
-                    if not self._dicts.has_own(d)
-                    for e in self._index.domain_entries(d)
-                }
-            )
+            snapshot = self._index.snapshot()
+        with snapshot:
+            return snapshot.pool_size(*self._trainer.pool_of(domain))[0]
 
     def due(self, codecs: DictCodecs, reads: ReadCache, cancel: threading.Event | None) -> RetrainDue | None:
         """The first current dictionary a rule replaces (growth first: it needs no reads), else None."""
@@ -259,11 +255,18 @@ class Retrainer:
 
     def probe(self, info: DictInfo, codecs: DictCodecs, reads: ReadCache) -> Probe | None:
         """The dictionary's gain on its first and newest unseen pages; None while too few exist."""
-        pool, _ = self._trainer.pool(info.domain)
-        new = sorted((e for e in pool if e.seq >= info.trained_seq), key=lambda e: e.seq)
-        del pool
+        window = self.window(info)
+        pool = self._trainer.pool_of(info.domain)
+        with self._lock:
+            snapshot = self._index.snapshot()
+        with snapshot:  # the first and the newest ``window`` distinct bodies put since training, no more
+            if snapshot.pool_size(*pool, since_seq=info.trained_seq)[0] < 2 * window:
+                return None
+            first = list(islice(snapshot.pool_bodies(*pool, since_seq=info.trained_seq, by_seq=True), window))
+            newest = snapshot.pool_bodies(*pool, since_seq=info.trained_seq, by_seq=True, newest_first=True)
+            last = list(islice(newest, window))
         cap = max(1, min(_PROBE_MAX_BYTES, self._config.maintenance_memory_bytes // 32))
-        windows = probe_windows(new, self.window(info), cap)
+        windows = probe_windows(first + last[::-1], window, cap)
         if windows is None:
             return None
         try:

@@ -3,7 +3,7 @@
 Cold and archive pages are packed into group records (ADR 002): consecutive pages of one
 dictionary, whole domains per group where they fit, smallest members first; warm pages
 (and bodies too large for a member) become single records. Identical bodies are written
-once; the other URLs get reference records. The index entries are only *returned*: the
+once; the other URLs get reference records. Where each page went is only *returned*: the
 swap (``_tiering``) decides which still apply.
 """
 
@@ -28,8 +28,7 @@ from crawlstream.store._codec import (
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictCodecs, DictionaryStore
 from crawlstream.store._files import AppendFile, ReadCache
-from crawlstream.store._index_log import moved_record
-from crawlstream.store._maintenance import GROUP_TIERS, GroupShape, Move
+from crawlstream.store._maintenance import GROUP_TIERS, GroupShape, Move, Relocation
 from crawlstream.store._model import Location
 from crawlstream.store._reader import RecordReader
 from crawlstream.store._reports import RecompressReport
@@ -101,8 +100,8 @@ class Rewriter:
         writers: list[AppendFile],
         report: RecompressReport,
         cancel: threading.Event | None,
-    ) -> list[tuple[Move, dict[str, Any]]]:
-        """Write ``moves`` into new segments of ``tier`` (appended to ``writers``); their index entries."""
+    ) -> list[tuple[Move, Relocation]]:
+        """Write ``moves`` into new segments of ``tier`` (appended to ``writers``); where each went."""
         batch = _Batch(self, tier, codecs, writers, report)
         batch.read(moves, reads)
         # Bodies that stay where they are (keep_body moves) are referenced, never rewritten.
@@ -125,7 +124,7 @@ class Rewriter:
 class _Batch:
     """One ``rewrite``: the bodies read (``bodies``) and the response heads to keep (``heads``),
     where each body is now (``new_locs``), the open segment and the group record being filled;
-    ``pending`` collects the index entries of the pages written."""
+    ``pending`` collects where the pages went."""
 
     def __init__(
         self, rewriter: Rewriter, tier: str, codecs: DictCodecs, writers: list[AppendFile], report: RecompressReport
@@ -140,7 +139,7 @@ class _Batch:
         # that URL's new record: (url, content hash) -> the metadata keys to keep.
         self.heads: dict[tuple[str, bytes], dict[str, Any]] = {}
         self.new_locs: dict[bytes, Location] = {}
-        self.pending: list[tuple[Move, dict[str, Any]]] = []
+        self.pending: list[tuple[Move, Relocation]] = []
         self._writer: AppendFile | None = None
         self._group: list[tuple[Move, int, bytes, bytes]] = []  # (move, kind, metadata line, body)
         self._group_hashes: set[bytes] = set()
@@ -245,11 +244,11 @@ class _Batch:
         off = w.append(record)
         here = Location(name, off, len(record), dict_id, self._tier)
         if is_ref:
-            self.pending.append((m, moved_record(entry, self.new_locs[entry.content_hash], here, len(record))))
+            self.pending.append((m, Relocation(self.new_locs[entry.content_hash], name, len(record))))
         else:
             self.new_locs[entry.content_hash] = here
             self._report.moved_bodies += 1
-            self.pending.append((m, moved_record(entry, here, None)))
+            self.pending.append((m, Relocation(here)))
 
     def flush_group(self) -> None:
         """Write the pending members as one group record (one zstd frame)."""
@@ -284,11 +283,11 @@ class _Batch:
             if kind == KIND_REF:
                 share = max(1, len(record) * len(contents[i]) // total)
                 body_loc = self.new_locs[move.entry.content_hash]
-                self.pending.append((move, moved_record(move.entry, body_loc, here, share)))
+                self.pending.append((move, Relocation(body_loc, name, share)))
             else:
                 self.new_locs[move.entry.content_hash] = here
                 self._report.moved_bodies += 1
-                self.pending.append((move, moved_record(move.entry, here, None)))
+                self.pending.append((move, Relocation(here)))
         group.clear()
         self._group_hashes.clear()
         self._group_raw = 0

@@ -64,6 +64,8 @@ _LEGACY = 0  # the one shard id of a store written before shards
 _LOCK_RETRY_S = 0.1
 _LEGACY_ARCHIVE = "store"  # the archive subprefix of a store written before shards
 _SHARD_READ_FDS = 32  # segment descriptors each shard keeps open: 4,096 for all 128 (one store: 256)
+_INDEX_CACHE_SHARE = 8  # each shard's index page cache: index_cache_bytes / 8 (512 KiB by default)
+_MIN_INDEX_CACHE_BYTES = 256 * 1024
 _COUNTED = (  # the StoreStats fields that add up across shards
     "urls",
     "bodies",
@@ -118,11 +120,16 @@ class ShardedStore:
         self.legacy = (self.root / "FORMAT").exists()
         if not self.legacy:
             _check_layout(self.root)
-        # The dictionary preload budget is the whole store's: each shard gets its share.
+        # The dictionary preload budget is the whole store's: each shard gets its share. So is the
+        # index's page cache, mostly: each shard an eighth of it (128 open and warm: 16x the setting).
         self._shard_config = (
             self.config
             if self.legacy
-            else dataclasses.replace(self.config, dict_preload_bytes=self.config.dict_preload_bytes // SHARDS)
+            else dataclasses.replace(
+                self.config,
+                dict_preload_bytes=self.config.dict_preload_bytes // SHARDS,
+                index_cache_bytes=max(_MIN_INDEX_CACHE_BYTES, self.config.index_cache_bytes // _INDEX_CACHE_SHARE),
+            )
         )
         self.lock_wait_s = lock_wait_s
         # one memory budget for the dictionaries and zstd contexts of every shard this process opens

@@ -1,22 +1,21 @@
 """``store stats``: counts and sizes, live and dead segment bytes, the on-disk ratio's denominator.
 
 Live bytes are estimates: a group record counts its live body members' share (member sizes
-from the group headers alone, learned once and cached by the maintenance engine).
+from the group headers alone, learned once and cached by the maintenance engine). Counts are
+aggregates the index database computes over a snapshot: no entry is held in memory.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
-from crawlstream.store._index_log import IndexLog
-from crawlstream.store._maintenance import segment_live_bytes
 from crawlstream.store._model import TIERS
 from crawlstream.store._quarantine import Quarantine
+from crawlstream.store._recovery import quarantined_urls
 from crawlstream.store._reports import StoreStats
 from crawlstream.store._segments import Segments
 from crawlstream.store._tiering import Tiering
@@ -36,29 +35,25 @@ def collect_stats(
     segments: Segments,
     dicts: DictionaryStore,
     index: UrlIndex,
-    index_log: IndexLog,
     quarantine: Quarantine,
     tiering: Tiering,
     lock: threading.RLock,
     now_ms: int | None = None,
 ) -> StoreStats:
+    """Aggregates of a snapshot of the index (read without the store lock) and the files' sizes."""
     with lock:
-        entries = list(index.entries())
-    _, unknown = segment_live_bytes(entries, tiering.group_shapes)
-    if unknown:
-        tiering.learn_group_shapes(unknown, limit=len(unknown))
+        snapshot = index.snapshot()
+        quarantined = quarantined_urls(index, quarantine)
+    with snapshot:
+        usage = tiering.usage(snapshot, learn=1 << 62)
+        totals = snapshot.tier_totals()
+        bodies = snapshot.distinct_bodies()
+        uses = snapshot.dict_uses()
+    by_tier: dict[str, dict[str, int]] = {t: _tier_row() for t in TIERS}
+    for tier, (urls, raw, records) in totals.items():
+        row = by_tier.setdefault(tier, _tier_row())
+        row["urls"], row["raw_bytes"], row["records"] = urls, raw, records
     with lock:
-        entries = list(index.entries())
-        by_tier: dict[str, dict[str, int]] = {t: _tier_row() for t in TIERS}
-        records: dict[str, set[tuple[str, int]]] = defaultdict(set)
-        for entry in entries:
-            tier = entry.location.tier
-            by_tier[tier]["urls"] += 1
-            by_tier[tier]["raw_bytes"] += entry.raw_size
-            records[tier].add((entry.location.segment, entry.location.offset))
-        for tier, recs in records.items():
-            by_tier[tier]["records"] = len(recs)
-        usage, _ = segment_live_bytes(entries, tiering.group_shapes)
         seg_bytes = live_bytes = 0
         seg_files = segments.local_files()
         for name, size in sorted(segments.sizes().items()):  # archive objects included
@@ -69,16 +64,15 @@ def collect_stats(
             tier_stats["segments"] += 1
             tier_stats["bytes"] += size
             tier_stats["live_bytes"] += live
-        index_files = index_log.files()
+        index_files = index.checkpoint()
         index_bytes = sum(p.stat().st_size for p in index_files if p.exists())
-        counted = set(index_files) | set(seg_files)
+        shared_memory = index.path.with_name(index.path.name + "-shm")  # gone with the last connection
+        counted = {*index_files, *seg_files, shared_memory}
         other = sum(
             p.stat().st_size
             for p in root.rglob("*")
             if p.is_file() and p not in counted and p.parent != dicts.directory
         )
-        unique = {e.content_hash: e.raw_size for e in entries}
-        uses = Counter(e.location.dict_id for e in entries)
         current = {i.dict_id for i in dicts.current().values()}
         now = int(time.time() * 1000) if now_ms is None else now_ms
         versions = [
@@ -96,9 +90,9 @@ def collect_stats(
             for info in dicts.infos()
         ]
         return StoreStats(
-            urls=len(entries),
-            bodies=len(unique),
-            raw_bytes=sum(e.raw_size for e in entries),
+            urls=sum(n for n, _, _ in totals.values()),
+            bodies=bodies,
+            raw_bytes=sum(raw for _, raw, _ in totals.values()),
             segment_bytes=seg_bytes,
             dict_bytes=dicts.stored_bytes(),
             index_bytes=index_bytes,
@@ -108,6 +102,6 @@ def collect_stats(
             live_bytes=live_bytes,
             dead_bytes=seg_bytes - live_bytes,
             other_bytes=other,
-            quarantined_urls=sorted(e.url for e in entries if quarantine.has(e.location)),
+            quarantined_urls=quarantined,
             dictionary_versions=versions,
         )

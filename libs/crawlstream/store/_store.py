@@ -1,4 +1,4 @@
-"""The content store: append-only zstd segments, dictionaries, an index log and tiers.
+"""The content store: append-only zstd segments, dictionaries, a url index on disk and tiers.
 
 Owns everything under its root directory::
 
@@ -6,20 +6,21 @@ Owns everything under its root directory::
     segments/<tier>/<n>.seg.invalid   copies of quarantined (damaged) regions
     (with ``archive``: archive-tier segments are objects ``archive/<n>.seg`` under that prefix)
     dicts/                     zstd dictionaries + dicts.log
-    FORMAT                     {"store_format": 3}: other layouts are refused, never misread
+    FORMAT                     {"store_format": 4}: format 3 (the index as a snapshot + index.log)
+                               is migrated on first open, other layouts are refused, never misread
     WRITER.lock                flock held while the store is open: one process at a time
-    index-<gen>.snap           compacted live index (zstd-compressed columns), named by index.log
-    index.log                  {"snap": gen} then CRC-framed put entries since that snapshot:
-                               url -> location (both rebuildable from segments)
+    index.sqlite (-wal, -shm)  the url index (ADR 036): url -> location, tags, where each segment's
+                               indexed records end (rebuildable from the segments + ops.log)
     ops.log                    CRC-framed tombstones and tag operations (not rebuildable)
     quarantine.log             damaged regions: never served again
 
 Durability contract (``fsync``): a record is *acknowledged* when ``put`` returns. With
-"always" it is fsynced (segment then index) before that; with "batch" (default) it is in
+"always" its segment record is fsynced before that; with "batch" (default) it is in
 the OS page cache (survives kill -9, not power loss) and fsynced by ``sync``/``close``/a
 segment roll/``recompress``; "never" leaves even those to the OS.
-Ordering on every write: segment record first, index entry second. Start-up truncates torn
-tails and re-indexes complete records that a crash left unindexed, so an acknowledged
+Ordering on every write: segment record first, index row second; index rows are committed in
+transactions of a few thousand (``_index``). Start-up truncates torn tails and re-indexes
+complete records that a crash left unindexed (past the committed ends), so an acknowledged
 record is never lost and a torn one is never served.
 
 One process at a time opens a root (opening repairs torn tails, so readers are writers too):
@@ -30,14 +31,15 @@ holder share a lock. A crawl's store is 128 such roots, one per domain checksum
 
 ``ContentStore`` is the public surface; each job is a part of its own (ADR 021):
 ``_segments`` (segment files, the active hot segment), ``_writer`` (put), ``_reader``
-(reads and checks), ``_index`` (the url index in memory, tombstones and tags),
-``_index_log`` (index.log + snapshots), ``_quarantine`` (damaged regions), ``_recovery``
+(reads and checks), ``_index`` + ``_index_db`` (the url index in SQLite, tombstones and tags;
+``_index_legacy`` migrates the layout before it), ``_quarantine`` (damaged regions), ``_recovery``
 (start-up recovery, verify, rebuild-index), ``_training`` (dictionaries), ``_tiering`` +
 ``_rewrite`` (maintenance batches: tiers, groups, compaction, garbage), ``_stats``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -51,13 +53,14 @@ from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
-from crawlstream.store._index_log import IndexLog
+from crawlstream.store._index_db import DAMAGED, INDEX_FILE, IndexDamaged
+from crawlstream.store._index_legacy import migrate_legacy_index, remove_legacy_files
 from crawlstream.store._logs import read_log
 from crawlstream.store._maintenance import GroupShape
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._quarantine import Quarantine
 from crawlstream.store._reader import RecordReader
-from crawlstream.store._recovery import Integrity, check_format
+from crawlstream.store._recovery import Integrity, check_format, mark_format, quarantined_urls
 from crawlstream.store._reports import RecompressReport, StoreStats, VerifyReport
 from crawlstream.store._response import StoredResponse, stored_response
 from crawlstream.store._rewrite import Rewriter
@@ -72,6 +75,8 @@ if TYPE_CHECKING:
     from crawlstream.objectstore import ObjectStore
 
 __all__ = ["WRITER_LOCK", "ContentStore", "RecompressReport", "StoreStats", "VerifyReport"]
+
+logger = logging.getLogger(__name__)
 
 WRITER_LOCK = "WRITER.lock"
 
@@ -99,7 +104,6 @@ class ContentStore:
         root: Path,
         *,
         config: StoreConfig | None = None,
-        index_shards: int = 16,
         read_fds: int = 256,
         key_fn: Callable[[str], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
@@ -125,28 +129,29 @@ class ContentStore:
         self._maint_lock = threading.Lock()
         self._writer_lock = _take_writer_lock(self.root)
         try:
-            self._open(max(1, index_shards), max(1, read_fds))
+            self._open(max(1, read_fds))
         except BaseException:
             os.close(self._writer_lock)
             raise
 
     # ------------------------------------------------------------------ start-up
 
-    def _open(self, index_shards: int, read_fds: int) -> None:
-        """Build the parts and bring memory up to date with the files (order matters: see each step)."""
+    def _open(self, read_fds: int) -> None:
+        """Build the parts and bring the index up to date with the files (order matters: see each step)."""
         config, lock = self.config, self._lock
-        # 1. refuse another layout before touching anything
-        check_format(self.root)
+        # 1. refuse another layout before touching anything; migrate the index of format 3 (once)
+        legacy = check_format(self.root)
         self._segments = Segments(self.root, config, read_fds=read_fds, archive=self._archive)
         self.dicts = DictionaryStore(self.root / "dicts", fsync=config.fsyncs, cache=self._codec_cache)
         self.dicts.preload(config.dict_preload_bytes)
-        # 2. read the logs (truncating torn tails) before any of them is opened for appending
-        self._index_log = IndexLog(self.root, self._segments, config, self._key_of)
-        puts, snapshot_ok = self._index_log.read()
-        self._index = UrlIndex(self.root, config, shards=index_shards, key_fn=self._key_fn)
+        if legacy:
+            migrate_legacy_index(self.root, config, self._key_of, self._parts)
+            mark_format(self.root)
+            remove_legacy_files(self.root)
+        # 2. the index, and the logs read (torn tails truncated) before any is opened for appending
+        self._index = self._open_index()
         ops = read_log(self._index.ops_path)
         self._quarantine = Quarantine(self.root, self._segments, config)
-        self._index_log.open()
         self._index.open_ops_log()
         # 3. the parts that work on them
         self._reader = RecordReader(self._segments, self.dicts, self._quarantine, lock, self._key_of)
@@ -155,7 +160,6 @@ class ContentStore:
             segments=self._segments,
             dicts=self.dicts,
             index=self._index,
-            index_log=self._index_log,
             lock=lock,
             parts=self._parts,
             clock_ms=self._clock_ms,
@@ -181,7 +185,6 @@ class ContentStore:
             segments=self._segments,
             dicts=self.dicts,
             index=self._index,
-            index_log=self._index_log,
             quarantine=self._quarantine,
             trainer=self._trainer,
             lock=lock,
@@ -196,20 +199,33 @@ class ContentStore:
             reader=self._reader,
             quarantine=self._quarantine,
             index=self._index,
-            index_log=self._index_log,
             lock=lock,
             maint_lock=self._maint_lock,
+            parts=self._parts,
         )
-        # 4. memory: from the index, plus records a crash left unindexed (or all of it from the segments)
-        if not snapshot_ok:
-            self._integrity.rebuild_index()
-        else:
-            recovered = self._integrity.recover_segment_tails(puts)
-            self.recovered_records = len(recovered)
-            self._index.build(puts + recovered, ops)
+        # 4. the index: records a crash left unindexed, and ops.log past what it committed
+        self.recovered_records = self._integrity.recover_segment_tails(ops)
         with lock:
             self._tiering.collect_garbage()
             self._segments.offload_local_archive()
+
+    def _open_index(self) -> UrlIndex:
+        """The index database; a damaged one (or one a process found damaged) is removed for a new one,
+        which start-up fills from the segments and ops.log (as ``rebuild-index`` would)."""
+        path = self.root / INDEX_FILE
+        marker = path.with_name(INDEX_FILE + DAMAGED)
+        try:
+            if not marker.exists():
+                index = UrlIndex(self.root, self.config)
+                index.segment_ends()  # reads the pages start-up needs first: damage shows here or later
+                return index
+            logger.error("%s was found damaged while in use: re-indexing every segment", path)
+        except IndexDamaged as exc:
+            logger.error("%s; re-indexing every segment", exc)
+        for suffix in ("", "-wal", "-shm"):
+            path.with_name(INDEX_FILE + suffix).unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
+        return UrlIndex(self.root, self.config)
 
     def _key_of(self, url: str) -> int:
         return describe_url(url, self._key_fn).url_key
@@ -289,7 +305,6 @@ class ContentStore:
         """fsync everything written so far (the 'batch' durability point)."""
         with self._lock:
             self._segments.sync()
-            self._index_log.sync()
             self._index.sync()
 
     def close(self) -> None:
@@ -300,7 +315,6 @@ class ContentStore:
                 if self.config.fsyncs:
                     self.sync()
                 self._segments.close()
-                self._index_log.close()
                 self._index.close()
                 self._quarantine.close()
                 self.dicts.close()
@@ -362,15 +376,19 @@ class ContentStore:
     def search(
         self, domain: str | None = None, path_prefix: str | None = None, tag: str | None = None
     ) -> Iterator[Entry]:
-        """Entries matching all given filters, sorted by URL; reads the index only."""
+        """Entries matching all given filters, sorted by URL; reads the index only.
+
+        A stream over a snapshot of the index (``IndexSnapshot``): the store lock is not held while it
+        is read, and puts made meanwhile are not in it."""
         with self._lock:
-            pool = self._index.search_pool(domain, tag)
-        for entry in sorted(pool, key=lambda e: e.url):
-            if tag is not None and tag not in entry.tags:
-                continue
-            if path_prefix is not None and not entry.path.startswith(path_prefix):
-                continue
-            yield entry
+            snapshot = self._index.snapshot()
+        with snapshot:
+            for entry in snapshot.search(domain, tag):
+                if tag is not None and tag not in entry.tags:
+                    continue
+                if path_prefix is not None and not entry.path.startswith(path_prefix):
+                    continue
+                yield entry
 
     def __len__(self) -> int:
         return len(self._index)
@@ -384,7 +402,7 @@ class ContentStore:
     def quarantined_urls(self) -> list[str]:
         """Live URLs whose body is quarantined (reads fail until the page is fetched and stored again)."""
         with self._lock:
-            return sorted(e.url for e in self._index.entries() if self._quarantine.has(e.location))
+            return quarantined_urls(self._index, self._quarantine)
 
     def verify(self) -> VerifyReport:
         """Scan every segment and decompress every body; quarantine and report damage.
@@ -395,7 +413,7 @@ class ContentStore:
         return self._integrity.verify()
 
     def rebuild_index(self) -> int:
-        """Rewrite the index (snapshot + fresh index.log) from the segments; returns the entries found.
+        """Rewrite the index from the segments; returns the records found.
 
         Each record's URL and metadata come from the metadata line at the start of its
         frame. Tombstones and tags (ops.log) are kept and applied on top by sequence number.
@@ -470,7 +488,6 @@ class ContentStore:
             segments=self._segments,
             dicts=self.dicts,
             index=self._index,
-            index_log=self._index_log,
             quarantine=self._quarantine,
             tiering=self._tiering,
             lock=self._lock,

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from itertools import chain
 
 from crawlstream.durable import fsync_dir
 from crawlstream.errors import BadDataError, ChecksumMismatch, StorageUnavailable
@@ -29,15 +28,18 @@ from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._files import AppendFile, ReadCache
 from crawlstream.store._index import UrlIndex
-from crawlstream.store._index_log import IndexLog
+from crawlstream.store._index_db import IndexQueries
 from crawlstream.store._maintenance import (
+    REF_RECORD_ESTIMATE,
     TIER_RANK,
     GroupShape,
     Move,
+    Relocation,
     batch_order,
     pick_batch,
     segment_live_bytes,
     target_tier,
+    tier_cutoffs,
 )
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._quarantine import Quarantine
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 # match-finder tables a third (zstd holds them twice: the CDict and the copy a frame works in).
 _BATCH_MEMORY_SHARE = 4
 _COMPRESSOR_TABLE_SHARE = 3
+_LEARN_SHAPES = 10_000  # group headers a compaction step reads at most to learn their member sizes
 
 
 def batch_budget_bytes(config: StoreConfig) -> int:
@@ -75,7 +78,6 @@ class Tiering:
         segments: Segments,
         dicts: DictionaryStore,
         index: UrlIndex,
-        index_log: IndexLog,
         quarantine: Quarantine,
         trainer: DictionaryTrainer,
         lock: threading.RLock,
@@ -89,7 +91,6 @@ class Tiering:
         self._segments = segments
         self._dicts = dicts
         self._index = index
-        self._index_log = index_log
         self._quarantine = quarantine
         self._trainer = trainer
         self._lock = lock
@@ -130,7 +131,6 @@ class Tiering:
             )
             if report.cancelled or not progressed:
                 break  # nothing could be moved (changed meanwhile, or unreadable): the next step would repeat it
-        self.snapshot_index()
         return total
 
     def step(
@@ -145,7 +145,7 @@ class Tiering:
 
         report = self.retrain_step(cancel)
         if report is None:
-            report = self.tier_step(choose, None, cancel)
+            report = self.tier_step(choose, tier_cutoffs(now, after_s, ages_zero=ages_zero), None, cancel)
         if report is None:
             report = self.redict_step(cancel)
         if report is None and compact:
@@ -157,22 +157,17 @@ class Tiering:
     def backlog(self, now_ms: int | None, *, ages_zero: bool) -> dict[str, int]:
         """Raw bytes due for a deeper tier, and live bytes of segments due for compaction (an estimate)."""
         now = self._clock_ms() if now_ms is None else now_ms
-        after_s = self._config.tier_after_s
+        superseded = set(self._dicts.superseded())
         with self._lock:
-            live = list(self._index.entries())
+            snapshot = self._index.snapshot()
             sizes = self._segments.sizes()
             skip = self._compaction_exempt()
-        seen: set[bytes] = set()
-        tier_bytes = 0
-        for e in live:
-            if target_tier(e, now, after_s, ages_zero=ages_zero) and e.content_hash not in seen:
-                seen.add(e.content_hash)
-                tier_bytes += e.raw_size
-        due = set(self._compaction_candidates(live, sizes, skip))
-        compact_bytes = sum(e.raw_size for e in live if e.location.segment in due)
-        superseded = set(self._dicts.superseded())
-        redict = {e.content_hash: e.raw_size for e in live if self._redict_candidate(e.location, superseded)}
-        return {"tier_bytes": tier_bytes, "compact_bytes": compact_bytes, "redict_bytes": sum(redict.values())}
+        with snapshot:
+            tier_bytes = snapshot.due_body_bytes(tier_cutoffs(now, self._config.tier_after_s, ages_zero=ages_zero))
+            due = self._compaction_candidates(self.usage(snapshot), sizes, skip)
+            compact_bytes = sum(snapshot.segment_raw_bytes(seg) for seg in due)
+            redict_bytes = snapshot.redict_body_bytes(superseded) if superseded else 0
+        return {"tier_bytes": tier_bytes, "compact_bytes": compact_bytes, "redict_bytes": redict_bytes}
 
     def recompress(self, older_than_s: float, *, tier: str, now_ms: int | None) -> RecompressReport:
         """See ``ContentStore.recompress``."""
@@ -185,15 +180,15 @@ class Tiering:
             moves = TIER_RANK[entry.location.tier] < TIER_RANK[tier] and entry.fetched_at_ms <= cutoff
             return tier if moves else None
 
+        cutoffs = {t: cutoff for t in TIER_RANK if TIER_RANK[t] < TIER_RANK[tier]}
         total = RecompressReport(tier=tier)
         while True:
-            report = self.tier_step(choose, tier, None)
+            report = self.tier_step(choose, cutoffs, tier, None)
             if report is None:
                 break
             total.merge(report)
             if report.moved_urls == 0 and not report.segments_removed:
                 break
-        self.snapshot_index()
         logger.info(
             "recompressed %d urls (%d bodies) into %s: %d segments written, %d removed, %d dictionaries trained",
             total.moved_urls,
@@ -205,44 +200,68 @@ class Tiering:
         )
         return total
 
-    def snapshot_index(self) -> None:
-        with self._maint_lock:
-            self._index_log.snapshot_beside_puts(self._index, self._lock)
-
     # ------------------------------------------------------------------ phase (a): choose
 
     def tier_step(
-        self, choose: Callable[[Entry], str | None], tier: str | None, cancel: threading.Event | None
+        self,
+        choose: Callable[[Entry], str | None],
+        cutoffs: Mapping[str, int],
+        tier: str | None,
+        cancel: threading.Event | None,
     ) -> RecompressReport | None:
-        """Phase (a) of a tier batch: pick the oldest entries ``choose`` sends to the same tier."""
+        """Phase (a) of a tier batch: the oldest entries ``choose`` sends to the same tier.
+
+        ``cutoffs`` narrows the index query (per tier, the newest fetch time that may move at all);
+        ``choose`` decides. Chosen on a snapshot of the index, without the store lock (the swap
+        re-checks every entry); only the batch's entries are read from it.
+        """
         with self._maint_lock:
-            with self._lock:  # a consistent copy; the choice is made outside the lock, the swap re-checks
-                live = [(e, e.location, e.seq) for e in self._index.entries()]
-            candidates: list[tuple[Entry, Location, int, str]] = []
-            for e, loc, seq in live:
-                target = choose(e)
-                if target is not None and (loc.segment, loc.offset, loc.member) not in self._unmovable:
-                    candidates.append((e, loc, seq, target))
-            if not candidates:
-                return None
-            candidates.sort(key=lambda c: batch_order(c[0]))
-            tier = tier or candidates[0][3]
-            moves: list[Move] = []
-            for e, loc, seq, target in candidates:
-                if target != tier:
+            with self._lock:
+                snapshot = self._index.snapshot()
+            with snapshot:
+                chosen = self._tier_moves(snapshot, choose, cutoffs, tier)
+                if chosen is None:
+                    return None
+                target, moves = chosen
+                batch = pick_batch(moves, batch_budget_bytes(self._config))
+            return self.run_batch(batch, target, "tier", cancel)
+
+    def _tier_moves(
+        self,
+        snapshot: IndexQueries,
+        choose: Callable[[Entry], str | None],
+        cutoffs: Mapping[str, int],
+        tier: str | None,
+    ) -> tuple[str, Iterator[Move]] | None:
+        """(the batch's tier, its candidate moves in batch order, read as they are taken); None: none due."""
+        candidates = (
+            (e, goes)
+            for e in snapshot.tier_candidates(cutoffs)
+            if (e.location.segment, e.location.offset, e.location.member) not in self._unmovable
+            and (goes := choose(e)) is not None  # (binds in this function's scope: not ``target``)
+        )
+        first = next(candidates, None)
+        if first is None:
+            return None
+        target = tier or first[1]
+
+        def moves() -> Iterator[Move]:
+            for e, goes in chain([first], candidates):
+                if goes != target:
                     continue
-                body_at = self._index.body_location(e.content_hash)
+                body_at = snapshot.body_location(e.content_hash)
                 # Another URL's copy of this body is already in a tier at least as deep: only this
                 # URL's reference record moves (bounded batches must not store a body twice).
                 keep = (
                     body_at is not None
-                    and body_at != loc
+                    and body_at != e.location
                     and body_at.tier != "hot"
-                    and TIER_RANK[body_at.tier] >= TIER_RANK[tier]
+                    and TIER_RANK[body_at.tier] >= TIER_RANK[target]
                     and body_at.segment not in self._segments.in_flight
                 )
-                moves.append(Move(e, loc, seq, keep, body_at if keep else None))
-            return self.run_batch(pick_batch(moves, batch_budget_bytes(self._config)), tier, "tier", cancel)
+                yield Move(e, e.location, e.seq, keep, body_at if keep else None)
+
+        return target, moves()
 
     # ------------------------------------------------------------------ retraining (ADR 021 "Retraining")
 
@@ -301,28 +320,34 @@ class Tiering:
             return None
         with self._maint_lock:
             with self._lock:
-                live = [(e, e.location, e.seq) for e in self._index.entries()]
-            candidates = [(e, loc, seq) for e, loc, seq in live if self._redict_candidate(loc, superseded)]
-            if not candidates:
-                return None
-            candidates.sort(key=lambda c: batch_order(c[0]))
-            tier = candidates[0][1].tier
-            moves: list[Move] = []
-            for e, loc, seq in candidates:
-                if loc.tier != tier:
-                    continue
-                body_at = self._index.body_location(e.content_hash)
-                # Another URL's copy of this body was already rewritten: only this URL's record moves.
-                keep = (
-                    body_at is not None
-                    and body_at != loc
-                    and body_at.dict_id not in superseded
-                    and body_at.tier != "hot"
-                    and TIER_RANK[body_at.tier] >= TIER_RANK[tier]
-                    and body_at.segment not in self._segments.in_flight
+                snapshot = self._index.snapshot()
+            with snapshot:
+                candidates = (
+                    e for e in snapshot.redict_candidates(superseded) if self._redict_candidate(e.location, superseded)
                 )
-                moves.append(Move(e, loc, seq, keep, body_at if keep else None))
-            return self.run_batch(pick_batch(moves, batch_budget_bytes(self._config)), tier, "redict", cancel)
+                first = next(candidates, None)
+                if first is None:
+                    return None
+                tier = first.location.tier
+
+                def moves() -> Iterator[Move]:
+                    for e in chain([first], candidates):
+                        if e.location.tier != tier:
+                            continue
+                        body_at = snapshot.body_location(e.content_hash)
+                        # Another URL's copy of this body was already rewritten: only this URL's record moves.
+                        keep = (
+                            body_at is not None
+                            and body_at != e.location
+                            and body_at.dict_id not in superseded
+                            and body_at.tier != "hot"
+                            and TIER_RANK[body_at.tier] >= TIER_RANK[tier]
+                            and body_at.segment not in self._segments.in_flight
+                        )
+                        yield Move(e, e.location, e.seq, keep, body_at if keep else None)
+
+                batch = pick_batch(moves(), batch_budget_bytes(self._config))
+            return self.run_batch(batch, tier, "redict", cancel)
 
     def drop_step(self) -> RecompressReport | None:
         """Delete superseded dictionaries that no live entry and no record of any segment names."""
@@ -331,7 +356,7 @@ class Tiering:
             return None
         with self._maint_lock:
             with self._lock:
-                superseded -= self._index.dict_ids_in_use()
+                superseded = {d for d in superseded if not self._index.dict_in_use(d)}
             if not superseded:
                 return None
             with self._lock:
@@ -341,7 +366,7 @@ class Tiering:
             if not gone:
                 return None
             with self._lock:  # puts never use a superseded dictionary; batches are held off by the maintenance lock
-                gone -= self._index.dict_ids_in_use()
+                gone = {d for d in gone if not self._index.dict_in_use(d)}
                 for dict_id in sorted(gone):
                     self._dicts.drop(dict_id)
         if not gone:
@@ -355,9 +380,21 @@ class Tiering:
             exempt.add(self._segments.active_name)
         return exempt
 
-    def _compaction_candidates(self, live: list[Entry], sizes: dict[str, int], exempt: set[str]) -> list[str]:
+    def usage(self, index: IndexQueries, *, learn: int = 0) -> dict[str, float]:
+        """Estimated live bytes per segment (``learn``: first read the shapes of at most that many group
+        records not known yet, and pass over the index once more)."""
+        usage, unknown = segment_live_bytes(
+            index.record_locations(), index.reference_bytes(REF_RECORD_ESTIMATE), self.group_shapes
+        )
+        if learn and unknown:
+            self.learn_group_shapes(unknown, limit=learn)
+            usage, _ = segment_live_bytes(
+                index.record_locations(), index.reference_bytes(REF_RECORD_ESTIMATE), self.group_shapes
+            )
+        return usage
+
+    def _compaction_candidates(self, usage: dict[str, float], sizes: dict[str, int], exempt: set[str]) -> list[str]:
         """Segments whose estimated dead share is at least ``compact_dead_ratio``, oldest first."""
-        usage, _ = segment_live_bytes(live, self.group_shapes)
         due = []
         for seg, size in sizes.items():
             if seg in exempt or size <= 0:
@@ -371,40 +408,36 @@ class Tiering:
         """Phase (a) of a compaction batch: the oldest segments (one tier) with too much dead space.
 
         Their live records are rewritten into the same tier; the old segments are then garbage.
+        Planned on a snapshot of the index (the swap re-checks every entry): the live bytes of every
+        segment (an aggregate, folded record by record), then the entries of the chosen segments.
         """
         with self._maint_lock:
             with self._lock:
-                live = list(self._index.entries())
+                snapshot = self._index.snapshot()
                 sizes = self._segments.sizes()
                 exempt = self._compaction_exempt()
-            _, unknown = segment_live_bytes(live, self.group_shapes)
-            if unknown:
-                self.learn_group_shapes(unknown)
-            due = self._compaction_candidates(live, sizes, exempt)
-            if not due:
-                return None
-            tier = due[0].split("/", 1)[0]
-            by_seg: dict[str, list[Entry]] = defaultdict(list)
-            for e in live:
-                by_seg[e.location.segment].append(e)
-                if e.record_segment and e.record_segment != e.location.segment:
-                    by_seg[e.record_segment].append(e)
-            budget = batch_budget_bytes(self._config)
-            chosen: list[str] = []
-            used = 0
-            for seg in due:
-                if seg.split("/", 1)[0] != tier:
-                    continue
-                raw = sum(e.raw_size for e in {e.content_hash: e for e in by_seg[seg]}.values())
-                if chosen and used + raw > budget:
-                    break
-                chosen.append(seg)
-                used += raw
-            picked = set(chosen)
+            with snapshot:
+                due = self._compaction_candidates(self.usage(snapshot, learn=_LEARN_SHAPES), sizes, exempt)
+                if not due:
+                    return None
+                tier = due[0].split("/", 1)[0]
+                budget = batch_budget_bytes(self._config)
+                chosen: list[tuple[str, list[Entry]]] = []
+                used = 0
+                for seg in due:
+                    if seg.split("/", 1)[0] != tier:
+                        continue
+                    entries = snapshot.segment_entries(seg)
+                    raw = sum(e.raw_size for e in {e.content_hash: e for e in entries}.values())
+                    if chosen and used + raw > budget:
+                        break
+                    chosen.append((seg, entries))
+                    used += raw
+            picked = {seg for seg, _ in chosen}
             moves: list[Move] = []
             seen: set[str] = set()
-            for seg in chosen:
-                for e in by_seg[seg]:
+            for _, entries in chosen:
+                for e in entries:
                     if e.url in seen:
                         continue
                     seen.add(e.url)
@@ -416,7 +449,7 @@ class Tiering:
             report = self.run_batch(moves, tier, "compact", cancel)
             if not report.cancelled:
                 gone = set(report.segments_removed)
-                self._compact_failed.update(seg for seg in chosen if seg not in gone)
+                self._compact_failed.update(seg for seg in picked if seg not in gone)
             return report
 
     def learn_group_shapes(self, groups: list[Location], limit: int = 10_000) -> None:
@@ -458,14 +491,15 @@ class Tiering:
                in flight) and fsync them and their directory;
         (c) under the store lock, for every entry still at the location and seq of (a) (not
             deleted or replaced meanwhile):
-            3. append its index entry, then an end mark per new segment, and fsync the index;
-            4. point memory at the new locations, then delete segments nothing live points into;
-            5. compact the index (snapshot) once its log has grown.
+            3. point its index row at the new location, record each new segment's end, and
+               commit (fsynced unless ``fsync`` is "never"): the new locations are on disk
+               before any old copy goes;
+            4. delete segments nothing live points into.
         A kill during (b) leaves complete records nothing indexes: start-up re-indexes them as
         relocations (same seq, so a later put or a tombstone still wins) — nothing is lost and
         nothing is half-moved. A cancelled batch (``cancel`` set) deletes its new segments.
         Records of entries that changed meanwhile stay unindexed in the new segments (their
-        end mark keeps start-up from re-indexing them) and are reclaimed by compaction.
+        recorded end keeps start-up from re-indexing them) and are reclaimed by compaction.
         """
         report = RecompressReport(kind=kind, tier=tier)
         if not moves:
@@ -473,7 +507,7 @@ class Tiering:
         codecs = self._dicts.private_codecs(table_bytes=compressor_table_bytes(self._config))
         reads = ReadCache()
         writers: list[AppendFile] = []
-        pending: list[tuple[Move, dict[str, Any]]] = []
+        pending: list[tuple[Move, Relocation]] = []
         try:
             if kind == "tier":
                 report.dictionaries_trained = self._trainer.train_for(moves, codecs, reads, cancel)  # 1.
@@ -523,63 +557,57 @@ class Tiering:
 
     def _swap(
         self,
-        pending: list[tuple[Move, dict[str, Any]]],
+        pending: list[tuple[Move, Relocation]],
         writers: list[AppendFile],
         report: RecompressReport,
         uploaded: list[str],
     ) -> None:
-        """Phase (c), steps 3-5 of ``run_batch`` (under the lock; do not reorder)."""
+        """Phase (c), steps 3-4 of ``run_batch`` (under the lock; do not reorder)."""
         names = [self._segments.name(w.path) for w in writers]
         with self._lock:
-            applied: list[tuple[Entry, dict[str, Any]]] = []
-            for move, rec in pending:
+            applied: list[tuple[Entry, Relocation]] = []
+            for move, moved in pending:
                 cur = self._index.lookup(move.entry.url_key, move.entry.url)
                 if cur is None or cur.seq != move.seq or cur.location != move.location:
                     report.skipped_changed += 1  # deleted or replaced meanwhile: its new record is dead
                     continue
-                applied.append((cur, rec))
-            # 3. index entries, the new segments' ends, fsync
-            for _, rec in applied:
-                self._index_log.append(rec)
-            for w, name in zip(writers, names, strict=True):
-                self._index_log.append({"e": [name, w.size]})
-            if self._config.fsyncs:
-                self._index_log.sync()
-            # 4. memory, then garbage
-            for cur, rec in applied:
-                self._index.relocate(
-                    cur, Location.from_list(rec["l"]), rec["r"][0] if "r" in rec else "", int(rec.get("rb", 0))
-                )
+                applied.append((cur, moved))
+            # 3. the index rows, the new segments' ends, committed
+            for cur, moved in applied:
+                self._index.relocate(cur, moved.location, moved.record_segment, moved.record_bytes)
                 report.moved_urls += 1
+            for w, name in zip(writers, names, strict=True):
+                self._index.indexed(name, w.size)
+            self._index.commit()
+            # 4. garbage
             self._segments.in_flight.difference_update(names)
             for name in uploaded:  # pages point at them now: reads go to the objects
                 self._segments.offload(name)
             before = self._segments.sizes()
             report.segments_removed = self.collect_garbage()
             report.freed_bytes = sum(before.get(n, 0) for n in report.segments_removed)
-            due = self._index_log.snapshot_due()
-        # 5. compact the index once its log outgrows the snapshot (encoded outside the lock)
-        if due:
-            self._index_log.snapshot_beside_puts(self._index, self._lock)
 
     def collect_garbage(self) -> list[str]:
-        """Delete segment files no live entry points into (never in-flight or quarantined ones). Under the lock."""
-        used = self._index.segments_in_use()
+        """Delete segment files no live entry points into (never in-flight or quarantined ones). Under the lock.
+
+        Their indexed ends are forgotten and committed at once: a new segment may take the name of
+        the last one (numbers continue from the highest), and must not inherit its end."""
         quarantined_segments = self._quarantine.segments()
         removed: list[str] = []
         for name in self._segments.names():
-            if name in used or name in quarantined_segments or name in self._segments.in_flight:
+            if name in quarantined_segments or name in self._segments.in_flight or self._index.segment_in_use(name):
                 continue
             try:
                 self._segments.remove(name)
             except StorageUnavailable as exc:  # an archive object: removed by a later collection
                 logger.warning("garbage segment %s not removed now: %s", name, exc)
                 continue
-            self._index_log.forget_segment(name)
+            self._index.forget_segment(name)
             self._compact_failed.discard(name)
             for key in [k for k in list(self.group_shapes) if k[0] == name]:  # list(): atomic copy
                 del self.group_shapes[key]
             removed.append(name)
         if removed:
+            self._index.commit()
             logger.info("removed %d garbage segments: %s", len(removed), ", ".join(removed))
         return removed

@@ -162,23 +162,13 @@ class DictionaryTrainer:
         cap = sample_cap_bytes(self._config.maintenance_memory_bytes)
         return self._train_pool(domain, codecs, reads, cancel, self._clock_ms(), cap)
 
-    def pool(self, domain: str) -> tuple[list[Entry], int]:
-        """(live entries a dictionary for ``domain`` is trained from, the next put seq). Takes the store lock.
-
-        For ``GLOBAL_DOMAIN``: every domain without a dictionary of its own (the long tail).
-        Sorted by domain and URL, so evenly spread samples cover every domain.
-        """
-        with self._lock:
-            if domain == GLOBAL_DOMAIN:
-                pool = [
-                    e
-                    for d in sorted(self._index.domain_counts())
-                    if not self._dicts.has_own(d)
-                    for e in sorted(self._index.domain_entries(d), key=lambda e: e.url)
-                ]
-            else:
-                pool = sorted(self._index.domain_entries(domain), key=lambda e: e.url)
-            return pool, self._index.seq + 1
+    def pool_of(self, domain: str) -> tuple[str | None, list[str]]:
+        """The pool a dictionary for ``domain`` is trained from, as index queries name it (``pool_size``,
+        ``pool_bodies``): the domain's pages, or for ``GLOBAL_DOMAIN`` every domain without a
+        dictionary of its own (the long tail)."""
+        if domain == GLOBAL_DOMAIN:
+            return None, list(self._dicts.current())
+        return domain, []
 
     def _train_pool(
         self,
@@ -189,18 +179,24 @@ class DictionaryTrainer:
         now: int,
         cap: int,
     ) -> bool:
+        """Train ``domain``'s next dictionary from samples spread evenly over its pool (distinct bodies,
+        by domain and URL), read on a snapshot of the index: only the samples are held."""
         c = self._config
         is_global = domain == GLOBAL_DOMAIN
         minimum = c.global_dict_min_samples if is_global else c.dict_min_samples
-        pool, trained_seq = self.pool(domain)
-        distinct = len({e.content_hash for e in pool})
-        if distinct < minimum:
-            return False
-        samples = self.read_samples(sample_evenly(pool, cap), codecs, reads)
+        with self._lock:
+            snapshot = self._index.snapshot()
+            trained_seq = self._index.seq + 1  # the first put the pool does not include
+        with snapshot:
+            distinct, pool_bytes = snapshot.pool_size(*self.pool_of(domain))
+            if distinct < minimum:
+                return False
+            chosen = sample_evenly(snapshot.pool_bodies(*self.pool_of(domain)), pool_bytes, cap)
+        samples = self.read_samples(chosen, codecs, reads)
         if len(samples) < minimum:
             return False
         size = dictionary_size(
-            _unique_bytes(pool), c.global_dict_size_bytes if is_global else c.dict_size_bytes, c.dict_sample_divisor
+            pool_bytes, c.global_dict_size_bytes if is_global else c.dict_size_bytes, c.dict_sample_divisor
         )
         return self.train(domain, samples, size, now, cancel, pool=distinct, trained_seq=trained_seq)
 
@@ -214,7 +210,3 @@ class DictionaryTrainer:
                 continue
         return out
 
-
-def _unique_bytes(entries: list[Entry]) -> int:
-    """Raw bytes of the distinct bodies of ``entries``."""
-    return sum({e.content_hash: e.raw_size for e in entries}.values())

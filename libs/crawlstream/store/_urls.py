@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["UrlParts", "describe_url"]
+__all__ = ["UrlParts", "describe_url", "path_of"]
 
 
 @dataclass(frozen=True)
@@ -27,3 +27,11 @@ def describe_url(url: str, key_fn: Callable[[str], int] | None = None) -> UrlPar
     canon = canonicalize(url)
     key = key_fn(canon.url) if key_fn is not None else url_key(canon.url)
     return UrlParts(canon.url, key, canon.domain, canon.path_query)
+
+
+def path_of(url: str) -> str:
+    """The path and query of a canonical URL (``UrlParts.path``) without canonicalizing it again:
+    everything from the first ``/`` after the authority (which holds none)."""
+    start = url.find("://")
+    slash = url.find("/", start + 3 if start >= 0 else 0)
+    return url[slash:] if slash >= 0 else ""

@@ -1,9 +1,9 @@
 """Writing pages: ``put`` appends a record to the active hot segment, then its index entry.
 
-Order (ADR 002): the segment record first, the index entry second, memory last, each
-under the store lock; a body already stored under another URL gets a small reference
-record instead (dedupe by xxh3_128). Also builds single records for maintenance, which
-passes its own zstd contexts.
+Order (ADR 002): the segment record first, the index row second, both under the store lock
+(a kill between them: start-up re-indexes the record); a body already stored under another
+URL gets a small reference record instead (dedupe by xxh3_128). Also builds single records
+for maintenance, which passes its own zstd contexts.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from crawlstream.store._codec import KIND_BODY, KIND_REF, RecordHeader, content_hash, encode_meta, encode_record
+from crawlstream.store._codec import KIND_BODY, KIND_REF, content_hash, encode_meta, encode_record
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictCodecs, DictionaryStore
 from crawlstream.store._index import UrlIndex
-from crawlstream.store._index_log import IndexLog, put_record
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._response import response_meta
 from crawlstream.store._segments import Segments
@@ -33,7 +32,6 @@ class PageWriter:
         segments: Segments,
         dicts: DictionaryStore,
         index: UrlIndex,
-        index_log: IndexLog,
         lock: threading.RLock,
         parts: Callable[[str], UrlParts],
         clock_ms: Callable[[], int],
@@ -44,7 +42,6 @@ class PageWriter:
         self._segments = segments
         self._dicts = dicts
         self._index = index
-        self._index_log = index_log
         self._lock = lock
         self._parts = parts
         self._clock_ms = clock_ms
@@ -105,12 +102,7 @@ class PageWriter:
                 rec_loc, location = here, blob
             else:
                 location = here
-            # 2. the index entry (only after the record it points to is written)
-            header = RecordHeader(
-                KIND_BODY, location.dict_id, parts.url_key, seq, fetched, len(body), 0, chash, 0, meta=meta
-            )
-            self._index_log.append(put_record(header, location, rec_loc))
-            # 3. memory
+            # 2. the index row (only after the record it points to is written)
             entry = Entry(
                 parts.url,
                 parts.url_key,
@@ -129,7 +121,9 @@ class PageWriter:
                 entry.tags = set(existing.tags)
             if rec_loc is not None:
                 entry.record_segment = rec_loc.segment
-            self._index.insert(entry)
+                entry.record_bytes = rec_loc.length
+            self._index.insert(entry, existing)
+            self._index.indexed(here.segment, here.offset + here.length)
             if tag_list:
                 self._index.tag(entry, tag_list, "tag")
             return location

@@ -1,0 +1,462 @@
+"""The url index on disk: one SQLite database per store root, ``index.sqlite`` (WAL), and its reads.
+
+ADR 036: the index left memory (~1.2 KB of Python heap per page, O(pages) RSS) for a database
+beside the segments; memory is SQLite's page cache (``store.index_cache_bytes``, allocated by
+SQLite, not Python) and what a query returns. Tables::
+
+    entries(url, url_key, domain, seq, segment, position, length, dict_id, tier, member,
+            content_hash, raw_size, fetched_at_ms, content_type, title, status,
+            record_segment, record_bytes, tags)    one row per live URL
+    tags(tag, url, url_key)                        the same tags, found by tag
+    segment_ends(segment, indexed_end)             where each segment's indexed records end
+    meta(key, value)                               "seq": the last sequence number committed
+
+``entries`` is a rowid table: rows are appended in put order, and each secondary index holds
+its column and the rowid only (a table keyed by the URL would copy the URL into every index).
+``url_key`` finds a URL (the URL itself resolves 56-bit collisions); ``content_hash`` finds a
+stored body (dedupe); ``(segment, position)`` one segment's records (garbage collection,
+compaction, damaged regions); ``(tier, fetched_at_ms)`` the pages due for a deeper tier;
+``domain`` and ``dict_id`` the pages a dictionary serves. ``tags`` is the entry's tags as a
+sorted JSON list (NULL: none).
+
+``IndexQueries`` holds every read over one connection: the writer's (``_index.UrlIndex``,
+under the store lock) and a snapshot's (``IndexSnapshot``: a read transaction on its own
+connection, consistent while puts go on, used without the store lock). A query returns one
+URL, one segment's or region's entries, an aggregate, or a stream read in chunks; none builds
+the whole index in Python. SQLite's errors stop here: damage is ``IndexDamaged`` (bad data:
+``crawlstream store rebuild-index``), anything else ``StorageUnavailable``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import sqlite3
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from crawlstream.errors import ChecksumMismatch, StorageUnavailable
+from crawlstream.store._model import Entry, Location
+from crawlstream.store._urls import path_of
+
+__all__ = ["DAMAGED", "INDEX_FILE", "IndexDamaged", "IndexQueries", "IndexSnapshot", "connect", "entry_row"]
+
+INDEX_FILE = "index.sqlite"
+DAMAGED = ".damaged"  # beside the database: a process found it damaged; the next open sets it aside
+SCHEMA_VERSION = 1
+_CHUNK = 256  # rows fetched at a time by a stream
+_DAY_MS = 86_400_000  # batch order: oldest day first (``_maintenance.batch_order``)
+# SQLite errors that say nothing about the file's content (the disk, a lock, memory): transient.
+# Any other error of a statement this module wrote is damage (a mutated schema: SQLITE_ERROR).
+_TRANSIENT = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY",
+              "SQLITE_NOMEM", "SQLITE_PROTOCOL", "SQLITE_INTERRUPT", "SQLITE_PERM", "SQLITE_ABORT")
+_TIER_RANK_SQL = "CASE tier WHEN 'archive' THEN 3 WHEN 'cold' THEN 2 WHEN 'warm' THEN 1 ELSE 0 END"
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS entries (
+    url TEXT NOT NULL, url_key INTEGER NOT NULL, domain TEXT NOT NULL, seq INTEGER NOT NULL,
+    segment TEXT NOT NULL, position INTEGER NOT NULL, length INTEGER NOT NULL,
+    dict_id INTEGER NOT NULL, tier TEXT NOT NULL, member INTEGER NOT NULL,
+    content_hash BLOB NOT NULL, raw_size INTEGER NOT NULL, fetched_at_ms INTEGER NOT NULL,
+    content_type TEXT, title TEXT, status INTEGER,
+    record_segment TEXT, record_bytes INTEGER NOT NULL, tags TEXT
+);
+CREATE INDEX IF NOT EXISTS entries_key ON entries(url_key);
+CREATE INDEX IF NOT EXISTS entries_body ON entries(content_hash);
+CREATE INDEX IF NOT EXISTS entries_segment ON entries(segment, position);
+CREATE INDEX IF NOT EXISTS entries_age ON entries(tier, fetched_at_ms);
+CREATE INDEX IF NOT EXISTS entries_domain ON entries(domain);
+CREATE INDEX IF NOT EXISTS entries_dict ON entries(dict_id);
+CREATE INDEX IF NOT EXISTS entries_record ON entries(record_segment) WHERE record_segment IS NOT NULL;
+CREATE TABLE IF NOT EXISTS tags (
+    tag TEXT NOT NULL, url TEXT NOT NULL, url_key INTEGER NOT NULL, PRIMARY KEY (tag, url)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS segment_ends (segment TEXT PRIMARY KEY, indexed_end INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta VALUES ('schema', {SCHEMA_VERSION});
+"""
+
+COLUMNS = (
+    "url, url_key, domain, seq, segment, position, length, dict_id, tier, member, content_hash, raw_size, "
+    "fetched_at_ms, content_type, title, status, record_segment, record_bytes, tags"
+)
+_SELECT = f"SELECT {COLUMNS} FROM entries"
+_E_COLUMNS = ", ".join(f"e.{c}" for c in COLUMNS.split(", "))
+
+
+class IndexDamaged(ChecksumMismatch):
+    """The index database is damaged: rebuild it from the segments (``crawlstream store rebuild-index``)."""
+
+
+def translate(exc: sqlite3.Error, path: Path) -> Exception:
+    """The store's error for a SQLite error on ``path``: damage is bad data, the disk or a lock transient,
+    a misuse of the module (no SQLite error code) itself."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is None:
+        return exc
+    if not name.startswith(_TRANSIENT):
+        return IndexDamaged(
+            f"the url index {path} is damaged ({exc}): run `crawlstream store rebuild-index`, which rewrites "
+            "it from the segments (tombstones and tags are kept in ops.log)"
+        )
+    return StorageUnavailable(f"url index {path}: {exc}")
+
+
+def connect(path: Path, *, cache_bytes: int, read_only: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, ``cache_bytes`` of page cache.
+
+    The writer's creates the schema; a read-only one is a snapshot's. No memory map: mapped pages
+    would count in RSS, the curve ADR 036 flattens.
+    """
+    try:
+        target = f"{path.resolve().as_uri()}?mode=ro" if read_only else str(path)
+        db = sqlite3.connect(target, uri=read_only, isolation_level=None, check_same_thread=False)
+        db.execute(f"PRAGMA cache_size = -{max(64, cache_bytes // 1024)}")
+        db.execute("PRAGMA mmap_size = 0")
+        if not read_only:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA journal_size_limit = 16777216")  # the WAL shrinks back after a burst
+            db.executescript(_SCHEMA)
+            if _schema_of(db) != _expected_schema():
+                db.close()
+                raise IndexDamaged(f"the url index {path} does not have this build's tables: rebuild it (segments)")
+    except sqlite3.Error as exc:
+        error = translate(exc, path)
+        if error is exc:
+            raise
+        raise error from exc
+    return db
+
+
+def _schema_of(db: sqlite3.Connection) -> dict[str, str]:
+    return dict(db.execute("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall())
+
+
+@functools.cache
+def _expected_schema() -> dict[str, str]:
+    """The tables and indexes as ``_SCHEMA`` creates them (a damaged one reads differently)."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+        db.executescript(_SCHEMA)
+        return _schema_of(db)
+
+
+def entry_of(r: tuple[Any, ...]) -> Entry:
+    """The entry of one ``entries`` row (columns in ``COLUMNS`` order)."""
+    return Entry(
+        r[0],
+        r[1],
+        Location(r[4], r[5], r[6], r[7], r[8], r[9]),
+        r[10],
+        r[11],
+        r[3],
+        r[12],
+        r[2],
+        path_of(r[0]),
+        r[13],
+        r[14],
+        r[15],
+        set(json.loads(r[18])) if r[18] else set(),
+        r[16] or "",
+        r[17],
+    )
+
+
+def entry_row(e: Entry) -> tuple[Any, ...]:
+    """The ``entries`` row of ``e`` (``COLUMNS`` order)."""
+    loc = e.location
+    return (
+        e.url,
+        e.url_key,
+        e.domain,
+        e.seq,
+        loc.segment,
+        loc.offset,
+        loc.length,
+        loc.dict_id,
+        loc.tier,
+        loc.member,
+        e.content_hash,
+        e.raw_size,
+        e.fetched_at_ms,
+        e.content_type,
+        e.title,
+        e.status,
+        e.record_segment or None,
+        e.record_bytes,
+        tags_text(e.tags),
+    )
+
+
+def tags_text(tags: Collection[str]) -> str | None:
+    return json.dumps(sorted(tags), ensure_ascii=False) if tags else None
+
+
+class IndexQueries:
+    """Reads of the url index over one connection (see the module docstring)."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db = db
+        self.path = path
+
+    def _q(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, tuple(params))
+        except sqlite3.Error as exc:
+            self._raise(exc)
+
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        try:
+            self._db.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            self._raise(exc)
+
+    def _raise(self, exc: sqlite3.Error) -> NoReturn:
+        error = self._failed(exc)
+        if error is exc:
+            raise exc
+        raise error from exc
+
+    def _failed(self, exc: sqlite3.Error) -> Exception:
+        """The error to raise for ``exc`` (the writer also marks a damaged database for the next open)."""
+        return translate(exc, self.path)
+
+    def _stream(self, sql: str, params: Iterable[Any] = ()) -> Iterator[Entry]:
+        cur = self._q(sql, params)
+        try:
+            while rows := cur.fetchmany(_CHUNK):
+                yield from map(entry_of, rows)
+        except sqlite3.Error as exc:
+            self._raise(exc)
+        finally:
+            with contextlib.suppress(sqlite3.Error):  # its snapshot may be closed already (a stream left unread)
+                cur.close()
+
+    # ------------------------------------------------------------------ one URL, one body
+
+    def lookup(self, url_key: int, url: str) -> Entry | None:
+        row = self._q(f"{_SELECT} WHERE url_key = ? AND url = ?", (url_key, url)).fetchone()
+        return None if row is None else entry_of(row)
+
+    def body_location(self, content_hash: bytes) -> Location | None:
+        """Where the body with ``content_hash`` is stored, if a live URL has it (its deepest copy)."""
+        row = self._q(
+            "SELECT segment, position, length, dict_id, tier, member FROM entries WHERE content_hash = ? "
+            f"ORDER BY {_TIER_RANK_SQL} DESC LIMIT 1",
+            (content_hash,),
+        ).fetchone()
+        return None if row is None else Location(*row)
+
+    def count(self) -> int:
+        return int(self._q("SELECT COUNT(*) FROM entries").fetchone()[0])
+
+    def committed_seq(self) -> int:
+        row = self._q("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+        return 0 if row is None else int(row[0])
+
+    def segment_ends(self) -> dict[str, int]:
+        return dict(self._q("SELECT segment, indexed_end FROM segment_ends").fetchall())
+
+    # ------------------------------------------------------------------ streams
+
+    def search(self, domain: str | None, tag: str | None) -> Iterator[Entry]:
+        """Entries of ``domain`` (else with ``tag``, else all), sorted by URL (SQLite sorts, on disk when large)."""
+        if domain is not None:
+            return self._stream(f"{_SELECT} WHERE domain = ? ORDER BY url", (domain,))
+        if tag is not None:
+            return self._stream(
+                f"SELECT {_E_COLUMNS} FROM tags AS t JOIN entries AS e ON e.url_key = t.url_key AND e.url = t.url "
+                "WHERE t.tag = ? ORDER BY t.url",
+                (tag,),
+            )
+        return self._stream(f"{_SELECT} ORDER BY url")
+
+    # ------------------------------------------------------------------ segments and regions
+
+    def segment_in_use(self, segment: str) -> bool:
+        """Whether a live entry points into ``segment``: its body's, or its own reference record's."""
+        return (
+            self._q("SELECT 1 FROM entries WHERE segment = ? LIMIT 1", (segment,)).fetchone() is not None
+            or self._q("SELECT 1 FROM entries WHERE record_segment = ? LIMIT 1", (segment,)).fetchone() is not None
+        )
+
+    def referenced_segments(self) -> set[str]:
+        """Every segment a live entry points into (one index probe per segment, not a scan of the entries)."""
+        found: set[str] = set()
+        for column in ("segment", "record_segment"):
+            last = ""
+            while True:
+                row = self._q(
+                    f"SELECT {column} FROM entries WHERE {column} > ? ORDER BY {column} LIMIT 1", (last,)
+                ).fetchone()
+                if row is None:
+                    break
+                last = row[0]
+                found.add(last)
+        return found
+
+    def segment_entries(self, segment: str) -> list[Entry]:
+        """Entries whose body, or own reference record, is in ``segment`` (one segment's: bounded)."""
+        rows = self._q(
+            f"{_SELECT} WHERE segment = ? UNION {_SELECT} WHERE record_segment = ?", (segment, segment)
+        ).fetchall()
+        return [entry_of(r) for r in rows]
+
+    def entries_in(self, segment: str, start: int, end: int) -> list[Entry]:
+        """Entries whose body record starts in ``[start, end)`` of ``segment`` (a damaged region)."""
+        rows = self._q(
+            f"{_SELECT} WHERE segment = ? AND position >= ? AND position < ?", (segment, start, end)
+        ).fetchall()
+        return [entry_of(r) for r in rows]
+
+    def dict_in_use(self, dict_id: int) -> bool:
+        return self._q("SELECT 1 FROM entries WHERE dict_id = ? LIMIT 1", (dict_id,)).fetchone() is not None
+
+    def record_locations(self) -> Iterator[Location]:
+        """The location of every live body, ordered by segment and position (a record shared by several
+        URLs comes once per URL): what ``_maintenance.segment_live_bytes`` folds, in constant memory."""
+        cur = self._q("SELECT segment, position, length, dict_id, tier, member FROM entries ORDER BY segment, position")
+        try:
+            while rows := cur.fetchmany(_CHUNK * 4):
+                for r in rows:
+                    yield Location(*r)
+        except sqlite3.Error as exc:
+            self._raise(exc)
+        finally:
+            with contextlib.suppress(sqlite3.Error):  # its snapshot may be closed already (a stream left unread)
+                cur.close()
+
+    def reference_bytes(self, estimate: int) -> dict[str, int]:
+        """Bytes of the URLs' own reference records per segment (``estimate`` where the length is unknown)."""
+        return dict(
+            self._q(
+                "SELECT record_segment, SUM(CASE WHEN record_bytes > 0 THEN record_bytes ELSE ? END) FROM entries "
+                "WHERE record_segment IS NOT NULL GROUP BY record_segment",
+                (estimate,),
+            ).fetchall()
+        )
+
+    # ------------------------------------------------------------------ domains (dictionaries)
+
+    def domain_counts(self) -> dict[str, int]:
+        """Live URLs per domain (domains with none left out)."""
+        return dict(self._q("SELECT domain, COUNT(*) FROM entries GROUP BY domain").fetchall())
+
+    def _pool(self, domain: str | None, own: Collection[str]) -> tuple[str, list[Any]]:
+        """The WHERE clause of a dictionary's pool: ``domain``'s pages, or (None) every domain not in ``own``."""
+        if domain is not None:
+            return "domain = ?", [domain]
+        self._q("CREATE TEMP TABLE IF NOT EXISTS own_dict (domain TEXT PRIMARY KEY) WITHOUT ROWID")
+        self._q("DELETE FROM temp.own_dict")
+        self._many("INSERT OR IGNORE INTO temp.own_dict VALUES (?)", ((d,) for d in own))
+        return "domain NOT IN (SELECT domain FROM temp.own_dict)", []
+
+    def pool_size(self, domain: str | None, own: Collection[str] = (), since_seq: int = 0) -> tuple[int, int]:
+        """(distinct bodies, their raw bytes) of a dictionary's pool (pages put at ``since_seq`` or later)."""
+        where, params = self._pool(domain, own)
+        row = self._q(
+            "SELECT COUNT(*), COALESCE(SUM(raw), 0) FROM "
+            f"(SELECT MAX(raw_size) AS raw FROM entries WHERE {where} AND seq >= ? GROUP BY content_hash)",
+            [*params, since_seq],
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def pool_bodies(
+        self, domain: str | None, own: Collection[str] = (), *, since_seq: int = 0, by_seq: bool = False,
+        newest_first: bool = False,
+    ) -> Iterator[Entry]:
+        """One entry per distinct body of the pool: the first URL (by domain and URL) with it, or with
+        ``by_seq`` the first put of it, in that order (``newest_first``: reversed). A stream."""
+        where, params = self._pool(domain, own)
+        # ' ' sorts before every character of a domain: the concatenation sorts as (domain, url)
+        key = "seq" if by_seq else "domain || ' ' || url"
+        direction = "DESC" if newest_first else "ASC"
+        # SQLite takes a MIN() query's other columns from the row that has the minimum
+        return self._stream(
+            f"SELECT {COLUMNS} FROM (SELECT MIN({key}) AS first, {COLUMNS} FROM entries WHERE {where} AND seq >= ? "
+            f"GROUP BY content_hash) ORDER BY first {direction}",
+            [*params, since_seq],
+        )
+
+    # ------------------------------------------------------------------ maintenance plans
+
+    def tier_candidates(self, cutoffs: Mapping[str, int]) -> Iterator[Entry]:
+        """Entries of each tier in ``cutoffs`` fetched at or before its cutoff, in batch order (oldest
+        day, then domain and URL: ``_maintenance.batch_order``)."""
+        if not cutoffs:
+            return iter(())
+        parts = " UNION ALL ".join(f"{_SELECT} WHERE tier = ? AND fetched_at_ms <= ?" for _ in cutoffs)
+        params = [p for tier, cutoff in cutoffs.items() for p in (tier, cutoff)]
+        return self._stream(f"SELECT * FROM ({parts}) ORDER BY fetched_at_ms / {_DAY_MS}, domain, url", params)
+
+    def redict_candidates(self, dict_ids: Collection[int]) -> Iterator[Entry]:
+        """Entries outside the hot tier compressed with one of ``dict_ids``, in batch order."""
+        marks = ",".join("?" * len(dict_ids))
+        return self._stream(
+            f"{_SELECT} WHERE dict_id IN ({marks}) AND tier != 'hot' ORDER BY fetched_at_ms / {_DAY_MS}, domain, url",
+            list(dict_ids),
+        )
+
+    def due_body_bytes(self, cutoffs: Mapping[str, int]) -> int:
+        """Raw bytes of the distinct bodies ``tier_candidates`` would return."""
+        if not cutoffs:
+            return 0
+        parts = " OR ".join("(tier = ? AND fetched_at_ms <= ?)" for _ in cutoffs)
+        params = [p for tier, cutoff in cutoffs.items() for p in (tier, cutoff)]
+        row = self._q(
+            f"SELECT COALESCE(SUM(raw), 0) FROM (SELECT MAX(raw_size) AS raw FROM entries WHERE {parts} "
+            "GROUP BY content_hash)",
+            params,
+        ).fetchone()
+        return int(row[0])
+
+    def redict_body_bytes(self, dict_ids: Collection[int]) -> int:
+        marks = ",".join("?" * len(dict_ids))
+        row = self._q(
+            "SELECT COALESCE(SUM(raw), 0) FROM (SELECT MAX(raw_size) AS raw FROM entries "
+            f"WHERE dict_id IN ({marks}) AND tier != 'hot' GROUP BY content_hash)",
+            list(dict_ids),
+        ).fetchone()
+        return int(row[0])
+
+    def segment_raw_bytes(self, segment: str) -> int:
+        row = self._q("SELECT COALESCE(SUM(raw_size), 0) FROM entries WHERE segment = ?", (segment,)).fetchone()
+        return int(row[0])
+
+    # ------------------------------------------------------------------ stats
+
+    def tier_totals(self) -> dict[str, tuple[int, int, int]]:
+        """tier -> (URLs, their raw bytes, distinct records)."""
+        rows = self._q(
+            "SELECT tier, COUNT(*), COALESCE(SUM(raw_size), 0), COUNT(DISTINCT segment || ':' || position) "
+            "FROM entries GROUP BY tier"
+        ).fetchall()
+        return {tier: (int(n), int(raw), int(records)) for tier, n, raw, records in rows}
+
+    def distinct_bodies(self) -> int:
+        return int(self._q("SELECT COUNT(DISTINCT content_hash) FROM entries").fetchone()[0])
+
+    def dict_uses(self) -> dict[int, int]:
+        """Live URLs per dictionary id."""
+        return dict(self._q("SELECT dict_id, COUNT(*) FROM entries GROUP BY dict_id").fetchall())
+
+
+class IndexSnapshot(IndexQueries):
+    """A read transaction on a connection of its own: the index as committed when it began, however
+    long its streams are read (WAL: one writer, many readers). ``close`` ends it."""
+
+    def __init__(self, path: Path, *, cache_bytes: int) -> None:
+        super().__init__(connect(path, cache_bytes=cache_bytes, read_only=True), path)
+        self._q("BEGIN")
+        self._q("SELECT value FROM meta LIMIT 1").fetchall()  # the snapshot is taken at the first read
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):  # a read-only connection has nothing to lose
+            self._db.close()
+
+    def __enter__(self) -> IndexSnapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
