@@ -10,6 +10,9 @@ the ratios much less: compare those.
 * ``puts_small``: puts/s (wall) and CPU per put of ``BUILD_PAGES`` synthetic ~0.6 KB pages over
   200 domains, ``fsync="never"``: the index's share of a put at its largest. The store it leaves
   is the one the next two open.
+* ``puts_synced``: the same small pages with ``fsync="batch"`` and ``sync`` every ``SYNC_EVERY``
+  puts, as the bucket compressor does at the end of a batch (segment fsync; then the index.log
+  fsync before, a commit of the index transaction now).
 * ``puts_real``: puts/s of the real pages of ../shared/data/html (each copy's body made
   distinct, so every put compresses): what a bucket compressor stores.
 * ``open``: start-up of that store in a fresh process (``ContentStore(root)``), and the RSS it
@@ -41,6 +44,8 @@ QUICK_BUILD_PAGES = 20_000
 READS = 2_000
 REPS = 3
 REAL_COPIES = 3  # the 957 real pages, this many times (distinct bodies)
+SYNCED_PAGES = 5_000
+SYNC_EVERY = 100
 
 
 def _small_body(i: int) -> bytes:
@@ -64,6 +69,20 @@ def _child_build(root: Path, pages: int) -> dict[str, Any]:
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     store.close()
     return {"puts_per_s": pages / wall, "cpu_us_per_put": cpu / pages * 1e6}
+
+
+def _child_synced(root: Path) -> dict[str, Any]:
+    from crawlstream.store import ContentStore, StoreConfig
+
+    store = ContentStore(root, config=StoreConfig(fsync="batch"))
+    t, c = time.perf_counter(), time.process_time()
+    for i in range(SYNCED_PAGES):
+        store.put(_small_url(i), _small_body(i), content_type="text/html", title=f"Post number {i}", status=200)
+        if i % SYNC_EVERY == SYNC_EVERY - 1:
+            store.sync()
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    store.close()
+    return {"puts_per_s": SYNCED_PAGES / wall, "cpu_us_per_put": cpu / SYNCED_PAGES * 1e6}
 
 
 def _child_real(root: Path) -> dict[str, Any]:
@@ -153,6 +172,8 @@ def _child(argv: list[str]) -> None:
         out = _child_build(root, int(argv[2]))
     elif kind == "real":
         out = _child_real(root)
+    elif kind == "synced":
+        out = _child_synced(root)
     elif kind == "open":
         out = _child_open(root, int(argv[2]))
     else:
@@ -196,6 +217,9 @@ def measure(builds: dict[str, Path], pages: int, reps: int) -> dict[str, Any]:
                 )
                 runs[name].setdefault("heap", []).append(_run_child(build, "heap", f"{tmp}/{name}-heap-{rep}"))
                 runs[name].setdefault("puts_real", []).append(_run_child(build, "real", f"{tmp}/{name}-real-{rep}"))
+                runs[name].setdefault("puts_synced", []).append(
+                    _run_child(build, "synced", f"{tmp}/{name}-synced-{rep}")
+                )
                 if rep:  # more samples of the small puts, on stores of their own
                     runs[name]["puts_small"].append(
                         _run_child(build, "build", f"{tmp}/{name}-small-{rep}", str(min(pages, 50_000)))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
+from crawlstream.store._maintenance import TIER_RANK
 from crawlstream.store._model import Entry, Location
 from crawlstream.store._urls import path_of
 
@@ -52,7 +53,6 @@ _DAY_MS = 86_400_000  # batch order: oldest day first (``_maintenance.batch_orde
 # Any other error of a statement this module wrote is damage (a mutated schema: SQLITE_ERROR).
 _TRANSIENT = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY",
               "SQLITE_NOMEM", "SQLITE_PROTOCOL", "SQLITE_INTERRUPT", "SQLITE_PERM", "SQLITE_ABORT")
-_TIER_RANK_SQL = "CASE tier WHEN 'archive' THEN 3 WHEN 'cold' THEN 2 WHEN 'warm' THEN 1 ELSE 0 END"
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS entries (
@@ -241,12 +241,13 @@ class IndexQueries:
 
     def body_location(self, content_hash: bytes) -> Location | None:
         """Where the body with ``content_hash`` is stored, if a live URL has it (its deepest copy)."""
-        row = self._q(
-            "SELECT segment, position, length, dict_id, tier, member FROM entries WHERE content_hash = ? "
-            f"ORDER BY {_TIER_RANK_SQL} DESC LIMIT 1",
+        rows = self._q(  # the URLs sharing a body: one or a few (no ORDER BY: a sorter costs more than this)
+            "SELECT segment, position, length, dict_id, tier, member FROM entries WHERE content_hash = ?",
             (content_hash,),
-        ).fetchone()
-        return None if row is None else Location(*row)
+        ).fetchall()
+        if not rows:
+            return None
+        return Location(*max(rows, key=lambda r: TIER_RANK.get(r[4], 0)))
 
     def count(self) -> int:
         return int(self._q("SELECT COUNT(*) FROM entries").fetchone()[0])
