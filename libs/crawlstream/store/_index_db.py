@@ -83,6 +83,7 @@ COLUMNS = (
     "fetched_at_ms, content_type, title, status, record_segment, record_bytes, tags"
 )
 _SELECT = f"SELECT {COLUMNS} FROM entries"
+_LOCATION = "segment, position, length, dict_id, tier, member"  # a Location's fields
 _E_COLUMNS = ", ".join(f"e.{c}" for c in COLUMNS.split(", "))
 
 
@@ -193,6 +194,37 @@ def tags_text(tags: Collection[str]) -> str | None:
     return json.dumps(sorted(tags), ensure_ascii=False) if tags else None
 
 
+class _Rows:
+    """A cursor whose fetches raise the store's errors (SQLite reports most damage while stepping)."""
+
+    def __init__(self, cursor: sqlite3.Cursor, owner: IndexQueries) -> None:
+        self._cursor = cursor
+        self._owner = owner
+        self.rowcount = cursor.rowcount
+
+    def fetchone(self) -> Any:
+        try:
+            return self._cursor.fetchone()
+        except sqlite3.Error as exc:
+            self._owner._raise(exc)
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return self._cursor.fetchall()
+        except sqlite3.Error as exc:
+            self._owner._raise(exc)
+
+    def fetchmany(self, size: int) -> list[Any]:
+        try:
+            return self._cursor.fetchmany(size)
+        except sqlite3.Error as exc:
+            self._owner._raise(exc)
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):  # its snapshot may be closed already (a stream left unread)
+            self._cursor.close()
+
+
 class IndexQueries:
     """Reads of the url index over one connection (see the module docstring)."""
 
@@ -200,9 +232,9 @@ class IndexQueries:
         self._db = db
         self.path = path
 
-    def _q(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Cursor:
+    def _q(self, sql: str, params: Iterable[Any] = ()) -> _Rows:
         try:
-            return self._db.execute(sql, tuple(params))
+            return _Rows(self._db.execute(sql, tuple(params)), self)
         except sqlite3.Error as exc:
             self._raise(exc)
 
@@ -223,15 +255,12 @@ class IndexQueries:
         return translate(exc, self.path)
 
     def _stream(self, sql: str, params: Iterable[Any] = ()) -> Iterator[Entry]:
-        cur = self._q(sql, params)
+        rows = self._q(sql, params)
         try:
-            while rows := cur.fetchmany(_CHUNK):
-                yield from map(entry_of, rows)
-        except sqlite3.Error as exc:
-            self._raise(exc)
+            while chunk := rows.fetchmany(_CHUNK):
+                yield from map(entry_of, chunk)
         finally:
-            with contextlib.suppress(sqlite3.Error):  # its snapshot may be closed already (a stream left unread)
-                cur.close()
+            rows.close()
 
     # ------------------------------------------------------------------ one URL, one body
 
@@ -242,7 +271,7 @@ class IndexQueries:
     def body_location(self, content_hash: bytes) -> Location | None:
         """Where the body with ``content_hash`` is stored, if a live URL has it (its deepest copy)."""
         rows = self._q(  # the URLs sharing a body: one or a few (no ORDER BY: a sorter costs more than this)
-            "SELECT segment, position, length, dict_id, tier, member FROM entries WHERE content_hash = ?",
+            f"SELECT {_LOCATION} FROM entries WHERE content_hash = ?",
             (content_hash,),
         ).fetchall()
         if not rows:
@@ -317,16 +346,13 @@ class IndexQueries:
     def record_locations(self) -> Iterator[Location]:
         """The location of every live body, ordered by segment and position (a record shared by several
         URLs comes once per URL): what ``_maintenance.segment_live_bytes`` folds, in constant memory."""
-        cur = self._q("SELECT segment, position, length, dict_id, tier, member FROM entries ORDER BY segment, position")
+        rows = self._q(f"SELECT {_LOCATION} FROM entries ORDER BY segment, position")
         try:
-            while rows := cur.fetchmany(_CHUNK * 4):
-                for r in rows:
+            while chunk := rows.fetchmany(_CHUNK * 4):
+                for r in chunk:
                     yield Location(*r)
-        except sqlite3.Error as exc:
-            self._raise(exc)
         finally:
-            with contextlib.suppress(sqlite3.Error):  # its snapshot may be closed already (a stream left unread)
-                cur.close()
+            rows.close()
 
     def reference_bytes(self, estimate: int) -> dict[str, int]:
         """Bytes of the URLs' own reference records per segment (``estimate`` where the length is unknown)."""

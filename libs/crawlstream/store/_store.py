@@ -332,7 +332,8 @@ class ContentStore:
 
     def entry(self, url: str) -> Entry | None:
         parts = self._parts(url)
-        return self._index.lookup(parts.url_key, parts.url)
+        with self._lock:  # one connection for every thread: its statements run one at a time
+            return self._index.lookup(parts.url_key, parts.url)
 
     def get(self, url: str) -> bytes:
         """The body stored for ``url``; KeyError if absent, ChecksumMismatch if damaged."""
@@ -341,7 +342,8 @@ class ContentStore:
 
     def get_by_key(self, url_key: int, url: str) -> bytes:
         """Read by key; ``url`` (canonical) picks the right entry when keys collide."""
-        entry = self._index.lookup(url_key, url)
+        with self._lock:
+            entry = self._index.lookup(url_key, url)
         if entry is None:
             raise KeyError(f"{url} (url_key {url_key}) is not stored")
         return self._reader.read(entry.location, entry.content_hash)
@@ -391,7 +393,8 @@ class ContentStore:
                 yield entry
 
     def __len__(self) -> int:
-        return len(self._index)
+        with self._lock:
+            return len(self._index)
 
     # ------------------------------------------------------------------ integrity
 
