@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
@@ -41,6 +41,13 @@ logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("crawlstream.bus.librdkafka")
 
 _QUEUE_FULL_TIMEOUT_S = 60.0
+
+
+class _ClosedProducer:
+    """Stands in for a released librdkafka producer: any use is a clear error."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise BusUnavailable(f"this Kafka producer is closed ({name}); a service builds a new one when it restarts")
 
 
 class KafkaProducer(Producer):
@@ -151,6 +158,10 @@ class KafkaProducer(Producer):
             self._producer.purge()
             self._producer.poll(0)
             raise
+        finally:
+            # librdkafka's threads and sockets go with the last reference to its handle, which
+            # need not be ours: a closed service object can live on in a cycle. Drop it here.
+            self._producer = cast(confluent_kafka.Producer, _ClosedProducer())
 
 
 class KafkaBus(Bus):
