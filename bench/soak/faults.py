@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -89,10 +88,11 @@ def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = 
                 logger.error("%s did not come back after 10 restarts", target)
             soak.restored(fault)
 
-        # A thread of its own, not the soak's one-at-a-time worker: two brokers down need to
-        # start together, since neither reaches the KRaft quorum alone (session 19: a node
-        # retried alone for 13 minutes while the other's restart waited behind it).
-        threading.Thread(target=restart, name=f"restart-{target}", daemon=True).start()
+        # Not the soak's one-at-a-time worker: two brokers down need to start together, since
+        # neither reaches the KRaft quorum alone (session 19: a node retried alone for 13 minutes
+        # while the other's restart waited behind it). Not a thread that ends either: a broker
+        # dies with the thread that launched it (PR_SET_PDEATHSIG, ``devtools.localproc``).
+        soak.broker_restarts.submit(restart)
 
     soak.at(time.monotonic() + restore_s, f"restart {target}", back)
 

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,8 @@ class Soak:
         self.sampler_threads: list[threading.Thread] = []
         self.unclean_exits: list[str] = []  # members SIGTERM did not stop (the wind-down's)
         self.broker_down_by: dict[int, FaultRecord] = {}  # the fault that last killed each broker
+        # long-lived threads, one per broker: a JVM dies with the thread that launched it
+        self.broker_restarts = ThreadPoolExecutor(max_workers=3, thread_name_prefix="broker-restart")
         # Work that waits (a broker restart waits until the node answers) runs on one thread that
         # lives as long as the soak: a child dies with the *thread* that started it (the
         # PR_SET_PDEATHSIG of ``die_with_parent``), so a short-lived thread would take its broker

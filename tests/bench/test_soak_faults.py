@@ -3,14 +3,17 @@
 Session 19's run killed broker-3; its restart was still starting (it had a pid, it did not
 serve yet) when a two-broker fault killed brokers 2 and 1. Alone, broker-3 could not reach its
 quorum, and the soak's one-at-a-time worker retried it for 13 minutes while the other two
-restarts waited behind it: the cluster stayed down for the rest of the run. Checked here on
-stand-ins for the cluster (the real one takes minutes to show it).
+restarts waited behind it: the cluster stayed down for the rest of the run. (The first fix ran
+each restart on a thread that then ended, and the broker died with it: a JVM is launched with
+PR_SET_PDEATHSIG.) Checked here on stand-ins for the cluster (the real one takes minutes).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -25,6 +28,7 @@ class _Kafka:
     pids: dict[int, int | None] = field(default_factory=lambda: {1: 101, 2: 102, 3: 103})
     killed: list[int] = field(default_factory=list)
     restarted: list[tuple[int, float]] = field(default_factory=list)
+    launchers: list[threading.Thread] = field(default_factory=list)
     node_ids: tuple[int, ...] = (1, 2, 3)
 
     def pid_of(self, node: int) -> int | None:
@@ -36,6 +40,7 @@ class _Kafka:
 
     def restart(self, node: int) -> None:
         self.restarted.append((node, time.monotonic()))
+        self.launchers.append(threading.current_thread())
         time.sleep(0.3)  # a start that waits for its quorum
         self.pids[node] = 200 + node
 
@@ -52,7 +57,8 @@ class _Soak(SimpleNamespace):
 
 
 def _soak() -> _Soak:
-    return _Soak(where=SimpleNamespace(kafka=_Kafka()), broker_down_by={}, actions=[])
+    return _Soak(where=SimpleNamespace(kafka=_Kafka()), broker_down_by={}, actions=[],
+                 broker_restarts=ThreadPoolExecutor(max_workers=3))
 
 
 def test_a_broker_still_restarting_counts_as_down() -> None:
@@ -78,3 +84,7 @@ def test_two_brokers_down_restart_together() -> None:
     while any(f.restored_s is None for f in soak.broker_down_by.values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert all(f.restored_s is not None for f in soak.broker_down_by.values())
+    # A broker dies with the thread that launched it (PR_SET_PDEATHSIG): that thread lives on.
+    time.sleep(0.1)
+    assert all(t.is_alive() for t in soak.where.kafka.launchers)
+    soak.broker_restarts.shutdown()
