@@ -363,6 +363,14 @@ class KafkaConsumer(Consumer):
         )
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
+    def group_metadata(self) -> Any:
+        """The group's generation and member id, for a transactional producer's offsets (its commit
+        is refused once this member was fenced out of the group by a rebalance: KIP-447)."""
+        try:
+            return self._consumer.consumer_group_metadata()
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the consumer group metadata failed: {exc}") from exc
+
     def assignment(self) -> list[TopicPartition]:
         try:
             return [_tp(tp) for tp in self._consumer.assignment()]
