@@ -135,3 +135,53 @@ def test_a_loss_with_a_transaction_open_aborts_it_and_raises(bus: Bus, codec: Ev
         loop._on_lost([TopicPartition(SOURCE, 0)])
     assert calls[-1] == "abort"
     loop.close()
+
+
+@pytest.mark.kafka
+def test_a_reader_of_a_transactional_topic_commits_past_its_markers(kafka_cluster: Any, codec: EventCodec) -> None:
+    """Each transaction's commit marker takes an offset no consumer is given: a loop that commits
+    after its last message (offset + 1) left its group's lag at 1 for good behind the deduper,
+    and the drain check of a Kafka crawl never saw it drained (the seeded kill -9 e2e test)."""
+    import time
+    import uuid
+
+    from crawlstream.bus import KafkaBus
+    from crawlstream.bus._topic_policy import TopicPolicy
+
+    kafka = KafkaBus(kafka_cluster.bootstrap_servers, linger_ms=1, policy=TopicPolicy(partitions=4))
+    topic, group = f"txn-read-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    try:
+        kafka.create_topics([topic], 4)
+        producer = kafka.transactional_producer(f"t-{topic}")
+        sender = EventProducer(producer, codec)
+        for batch in range(2):
+            for i in range(3):
+                sender.send(topic, _event(batch * 3 + i))
+            producer.commit_transaction({}, kafka.consumer("unused"))
+        producer.close()
+        handled: list[Any] = []
+
+        class Collect(EventHandler):
+            def handle(self, event: Any, message: Message) -> None:
+                handled.append(event)
+
+        loop = ServiceLoop(service="t", consumer=kafka.consumer(group), topics=[topic], codec=codec,
+                           handler=Collect(), dlq_producer=kafka.producer(), poll_timeout_s=0.2)
+        deadline = time.monotonic() + 30
+        ends = kafka.end_offsets(topic)
+        while True:
+            loop.run_once()
+            reader = kafka.consumer(group)
+            committed = reader.committed([TopicPartition(topic, p) for p in range(4)])
+            reader.close()
+            if len(handled) == 6 and [committed[TopicPartition(topic, p)] or 0 for p in range(4)] == ends:
+                break
+            assert time.monotonic() < deadline, f"committed {committed}, log ends {ends}, handled {len(handled)}"
+        loop.close()
+    finally:
+        kafka.close()
+
+
+def _event(n: int) -> DiscoveredUrl:
+    domain = f"site{n % 3}.example.com"
+    return DiscoveredUrl(f"https://{domain}/{n}", domain, n, 0, 1_700_000_000_000, "seed")

@@ -219,3 +219,55 @@ def _committed(settings: Settings, partition: int) -> int:
     finally:
         consumer.close()
         bus.close()
+
+
+def test_partitions_moved_to_a_new_member_mid_stream_are_forwarded_once(
+    make_settings: Callable[..., Settings], marker: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second member joins while the first holds forwards it has not committed: the first
+    commits them in its revoke callback (while it still owns the partitions), then snapshots;
+    the newcomer resumes from that commit. Every URL once, none lost."""
+    from crawlstream.dedupe import service
+
+    settings = make_settings()
+    events = _urls(marker)
+    first_host = stack.enter_context(open_host(settings))
+    _send(first_host, events[: URLS // 2])
+    first = build(first_host)
+    _Marked.install(first, marker)
+    open_at_revoke: list[bool] = []
+    on_revoke = first.loop._on_revoke
+
+    def recording(partitions: list[Any]) -> None:
+        open_at_revoke.append(first.loop._transaction.in_transaction)  # type: ignore[union-attr]
+        on_revoke(partitions)
+
+    first.loop._on_revoke = recording  # type: ignore[method-assign]
+    _forward_everything(first, URLS // 2)  # not committed: busy iterations only
+
+    monkeypatch.setattr(service, "transactional_id", lambda: f"{service.GROUP}.second-{marker}")  # two live members
+    second_host = stack.enter_context(open_host(settings))
+    second = build(second_host)
+    _Marked.install(second, marker)
+    joining = time.monotonic() + 10.0  # the first does not poll meanwhile: its revoke is pending when it does
+    while time.monotonic() < joining:
+        second.loop.run_once()
+    deadline = time.monotonic() + WAIT_S
+    while not (first.loop._consumer.assignment() and second.loop._consumer.assignment()):
+        assert time.monotonic() < deadline, "the partitions were not shared"
+        first.loop.run_once()
+        second.loop.run_once()
+    assert open_at_revoke[:1] == [True], "the first member was revoked with its forwards not committed"
+    _send(first_host, events[URLS // 2:])
+    forwarded = lambda: first.handler.forwarded_marked + second.handler.forwarded_marked  # type: ignore[attr-defined]  # noqa: E731
+    while forwarded() < URLS:
+        assert time.monotonic() < deadline, f"forwarded {forwarded()} of {URLS}"
+        first.loop.run_once()
+        second.loop.run_once()
+    first.loop.run_once()
+    second.loop.run_once()
+    first.close()
+    second.close()
+    seen = _frontier(settings.kafka_bootstrap_servers or "", marker, URLS)
+    assert sorted(seen) == sorted(e.url for e in events), "every URL forwarded"
+    assert {url: n for url, n in seen.items() if n > 1} == {}, "no URL forwarded twice"

@@ -162,6 +162,13 @@ class Consumer(ABC):
     def assignment(self) -> list[TopicPartition]:
         """Partitions this member owns now."""
 
+    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Of ``partitions`` read since their last seek, those whose next offset is past the last
+        message returned, and that offset: records the backend reads but never returns (Kafka:
+        transaction markers, aborted messages) are skipped, and a commit may cover them, else a
+        group's lag never reaches 0 behind a transactional producer. Default: none."""
+        return {}
+
     @abstractmethod
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Make the next read of an owned ``partition`` start at ``offset``."""

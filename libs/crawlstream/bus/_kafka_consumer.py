@@ -363,6 +363,24 @@ class KafkaConsumer(Consumer):
         )
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
+    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """librdkafka's application position (after the last message returned, and after the
+        transaction markers and aborted messages behind it) where it is past the tracked one."""
+        known = [tp for tp in partitions if tp in self._positions]
+        if not known:
+            return {}
+        try:
+            found = self._consumer.position([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in known])
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the positions of {known} failed: {exc}") from exc
+        out: dict[TopicPartition, int] = {}
+        for raw in found:
+            tp = _tp(raw)
+            tracked = self._positions.get(tp)
+            if tracked is not None and raw.error is None and raw.offset > tracked:
+                self._positions[tp] = out[tp] = int(raw.offset)
+        return out
+
     def group_metadata(self) -> Any:
         """The group's generation and member id, for a transactional producer's offsets (its commit
         is refused once this member was fenced out of the group by a rebalance: KIP-447)."""

@@ -493,10 +493,12 @@ class ServiceLoop:
         if not force and now_s - self._last_commit_s < self._commit_interval_s:
             return False
         self._last_commit_s = now_s
+        # Past what the bus skips (Kafka: the markers of a transactional producer's commits).
+        self._consumed.update(self._consumer.positions(list(self._consumed)))
         unfinished = self._handler.unfinished()
         offsets: dict[TopicPartition, int] = {}
         for tp, consumed in self._consumed.items():
-            if only is not None and tp not in only and self._transaction is None:
+            if only is not None and tp not in only:
                 continue
             low = unfinished.get(tp)
             offset = consumed if low is None else min(consumed, low)
