@@ -178,6 +178,24 @@ def test_a_reader_of_a_transactional_topic_commits_past_its_markers(kafka_cluste
                 break
             assert time.monotonic() < deadline, f"committed {committed}, log ends {ends}, handled {len(handled)}"
         loop.close()
+        # A member that died between its last message and its commit past the marker: its
+        # successor reads nothing, and commits past the marker all the same.
+        behind = {TopicPartition(topic, p): end - 1 for p, end in enumerate(ends) if end}
+        setter = kafka.consumer(group)
+        setter.commit(behind)
+        setter.close()
+        successor = ServiceLoop(service="t", consumer=kafka.consumer(group), topics=[topic], codec=codec,
+                                handler=Collect(), dlq_producer=kafka.producer(), poll_timeout_s=0.2)
+        while True:
+            successor.run_once()
+            reader = kafka.consumer(group)
+            committed = reader.committed(list(behind))
+            reader.close()
+            if all(committed[tp] == offset + 1 for tp, offset in behind.items()):
+                break
+            assert time.monotonic() < deadline + 30, f"committed {committed}, log ends {ends}"
+        successor.close()
+        assert len(handled) == 6
     finally:
         kafka.close()
 

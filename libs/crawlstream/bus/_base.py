@@ -162,11 +162,12 @@ class Consumer(ABC):
     def assignment(self) -> list[TopicPartition]:
         """Partitions this member owns now."""
 
-    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Of ``partitions`` read since their last seek, those whose next offset is past the last
-        message returned, and that offset: records the backend reads but never returns (Kafka:
-        transaction markers, aborted messages) are skipped, and a commit may cover them, else a
-        group's lag never reaches 0 behind a transactional producer. Default: none."""
+    def positions(self) -> dict[TopicPartition, int]:
+        """Owned partitions whose next offset is past the last message returned (or, with none
+        returned since their assignment and no seek, past the committed offset), and that offset:
+        records the backend reads but never returns (Kafka: transaction markers, aborted messages)
+        are skipped, and a commit may cover them, else a group's lag never reaches 0 behind a
+        transactional producer. Default: none."""
         return {}
 
     @abstractmethod

@@ -98,6 +98,7 @@ class KafkaConsumer(Consumer):
         self._revoking: set[TopicPartition] | None = None
         self._commit_later: dict[TopicPartition, int] = {}
         self._pending_seeks: dict[TopicPartition, int] = {}
+        self._sought: set[TopicPartition] = set()  # sought since assigned: not read from the commit
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
         self._on_lost: PartitionsCallback | None = None
@@ -206,6 +207,7 @@ class KafkaConsumer(Consumer):
             self._committed.pop(tp, None)
             self._pending_seeks.pop(tp, None)
             self._commit_later.pop(tp, None)
+            self._sought.discard(tp)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -363,10 +365,13 @@ class KafkaConsumer(Consumer):
         )
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
-    def positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def positions(self) -> dict[TopicPartition, int]:
         """librdkafka's application position (after the last message returned, and after the
-        transaction markers and aborted messages behind it) where it is past the tracked one."""
-        known = [tp for tp in partitions if tp in self._positions]
+        transaction markers and aborted messages behind it) where it is past the tracked one. A
+        partition with nothing returned since it was assigned was read from its committed offset,
+        so its position, once there is one, is at or past it; one sought since is left out (a seek
+        back, the deduper's replay, must not move the group's commit back)."""
+        known = [tp for tp in self.assignment() if tp in self._positions or tp not in self._sought]
         if not known:
             return {}
         try:
@@ -377,7 +382,7 @@ class KafkaConsumer(Consumer):
         for raw in found:
             tp = _tp(raw)
             tracked = self._positions.get(tp)
-            if tracked is not None and raw.error is None and raw.offset > tracked:
+            if raw.error is None and raw.offset >= 0 and (tracked is None or raw.offset > tracked):
                 self._positions[tp] = out[tp] = int(raw.offset)
         return out
 
@@ -402,6 +407,7 @@ class KafkaConsumer(Consumer):
         for tp, offset in offsets.items():
             # A seek discards what was read past it: commit(None) must not commit that.
             self._positions.pop(tp, None)
+            self._sought.add(tp)
             self._commit_later.pop(tp, None)
             if self._assigning is not None and tp in self._assigning:
                 self._pending_seeks[tp] = offset

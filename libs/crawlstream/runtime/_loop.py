@@ -494,7 +494,7 @@ class ServiceLoop:
             return False
         self._last_commit_s = now_s
         # Past what the bus skips (Kafka: the markers of a transactional producer's commits).
-        self._consumed.update(self._consumer.positions(list(self._consumed)))
+        self._consumed.update(self._consumer.positions())
         unfinished = self._handler.unfinished()
         offsets: dict[TopicPartition, int] = {}
         for tp, consumed in self._consumed.items():
