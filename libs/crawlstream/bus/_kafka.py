@@ -160,12 +160,9 @@ class KafkaProducer(Producer):
             self._producer.poll(0)
             raise
         finally:
-            self._release()
-
-    def _release(self) -> None:
-        """librdkafka's threads and sockets go with the last reference to its handle, which need
-        not be ours: a closed service object can live on in a cycle. Drop it here."""
-        self._producer = cast(confluent_kafka.Producer, _ClosedProducer())
+            # librdkafka's threads and sockets go with the last reference to its handle, which
+            # need not be ours: a closed service object can live on in a cycle. Drop it here.
+            self._producer = cast(confluent_kafka.Producer, _ClosedProducer())
 
 
 class KafkaBus(Bus):

@@ -157,7 +157,6 @@ class KafkaTransactionalProducer(KafkaProducer, TransactionalProducer):
         with contextlib.suppress(KafkaException):  # a fenced producer reports its fatal error again
             self._producer.purge()
             self._producer.poll(0)
-        self._release()
 
     def _on_delivery(self, err: KafkaError | None, msg: confluent_kafka.Message) -> None:
         # An abort purges what was not sent yet: those messages are rolled back with their

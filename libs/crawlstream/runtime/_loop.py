@@ -236,7 +236,6 @@ class ServiceLoop:
         self._samplers = list(samplers)
         self._next_sample_s = 0.0
         self._group_committed: dict[TopicPartition, int] = {}  # read once per owned partition not committed here
-        self._floor: dict[TopicPartition, int] = {}  # the group's commit when this member was given each
         self._lag_reported: set[TopicPartition] = set()
         self._heartbeat = heartbeat
         self._consumer = consumer
@@ -297,12 +296,6 @@ class ServiceLoop:
     def _on_assign(self, partitions: list[TopicPartition]) -> None:
         logger.info("%s: assigned %s", self._service, _describe(partitions))
         self._handler.on_assign(partitions)
-        # A handler may read again what its group has finished (the deduper replays from its
-        # snapshot): committing that would move the group back, and a member that died in the
-        # middle would leave the next owner to redo what was already done.
-        for tp, offset in self._consumer.committed(partitions).items():
-            if offset is not None:
-                self._floor[tp] = offset
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         # The handler finishes what it holds of these partitions (and saves its state);
@@ -341,7 +334,6 @@ class ServiceLoop:
             self._consumed.pop(tp, None)
             self._committed.pop(tp, None)
             self._group_committed.pop(tp, None)
-            self._floor.pop(tp, None)
         self._drop_lag(partitions)
 
     def run(self) -> None:
@@ -510,8 +502,6 @@ class ServiceLoop:
                 continue
             low = unfinished.get(tp)
             offset = consumed if low is None else min(consumed, low)
-            if offset < self._floor.get(tp, 0):
-                continue  # re-reading what the group had finished (``_on_assign``)
             if self._committed.get(tp) != offset:
                 offsets[tp] = offset
         if self._transaction is not None:
