@@ -14,6 +14,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from bench.soak.chaos import PlannedFault
@@ -92,9 +93,14 @@ def _broker(soak: Soak, kind: str, target: str, restore_s: float, detail: str = 
         # neither reaches the KRaft quorum alone (session 19: a node retried alone for 13 minutes
         # while the other's restart waited behind it). Not a thread that ends either: a broker
         # dies with the thread that launched it (PR_SET_PDEATHSIG, ``devtools.localproc``).
-        soak.broker_restarts.submit(restart)
+        soak.broker_restarts.submit(restart).add_done_callback(_log_failure)
 
     soak.at(time.monotonic() + restore_s, f"restart {target}", back)
+
+
+def _log_failure(done: Future[None]) -> None:
+    if (exc := done.exception()) is not None:
+        logger.error("broker restart failed", exc_info=exc)
 
 
 def _restarting(soak: Soak, node: int) -> bool:

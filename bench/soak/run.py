@@ -20,7 +20,6 @@ import functools
 import heapq
 import json
 import logging
-import queue
 import random
 import shutil
 import signal
@@ -163,14 +162,12 @@ class Soak:
         self.sampler_threads: list[threading.Thread] = []
         self.unclean_exits: list[str] = []  # members SIGTERM did not stop (the wind-down's)
         self.broker_down_by: dict[int, FaultRecord] = {}  # the fault that last killed each broker
-        # long-lived threads, one per broker: a JVM dies with the thread that launched it
-        self.broker_restarts = ThreadPoolExecutor(max_workers=3, thread_name_prefix="broker-restart")
-        # Work that waits (a broker restart waits until the node answers) runs on one thread that
-        # lives as long as the soak: a child dies with the *thread* that started it (the
+        # Broker restarts wait until the node answers, so they run off the main loop, one thread
+        # per broker (two down must start together to reach their quorum), on threads that live
+        # as long as the soak: a child dies with the *thread* that started it (the
         # PR_SET_PDEATHSIG of ``die_with_parent``), so a short-lived thread would take its broker
         # with it when it ends.
-        self._slow: queue.Queue[Callable[[], None]] = queue.Queue()
-        threading.Thread(target=self._work_slowly, name="soak-slow-work", daemon=True).start()
+        self.broker_restarts = ThreadPoolExecutor(max_workers=3, thread_name_prefix="broker-restart")
 
     # -- members ------------------------------------------------------------------------
 
@@ -246,18 +243,6 @@ class Soak:
         return out
 
     # -- faults -------------------------------------------------------------------------
-
-    def in_background(self, work: Callable[[], None]) -> None:
-        """Run ``work`` on the soak's long-lived worker thread (in order, one at a time)."""
-        self._slow.put(work)
-
-    def _work_slowly(self) -> None:
-        while True:
-            work = self._slow.get()
-            try:
-                work()
-            except Exception:
-                logger.exception("soak background work failed")
 
     def at(self, when_s: float, what: str, action: Callable[[], None]) -> None:
         with self._lock:
