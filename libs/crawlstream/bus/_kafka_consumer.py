@@ -98,6 +98,7 @@ class KafkaConsumer(Consumer):
         self._revoking: set[TopicPartition] | None = None
         self._commit_later: dict[TopicPartition, int] = {}
         self._pending_seeks: dict[TopicPartition, int] = {}
+        self._sought: set[TopicPartition] = set()  # sought since assigned: not read from the commit
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
         self._on_lost: PartitionsCallback | None = None
@@ -206,6 +207,7 @@ class KafkaConsumer(Consumer):
             self._committed.pop(tp, None)
             self._pending_seeks.pop(tp, None)
             self._commit_later.pop(tp, None)
+            self._sought.discard(tp)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -363,6 +365,35 @@ class KafkaConsumer(Consumer):
         )
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """librdkafka's application position (after the last message returned, and after the
+        transaction markers and aborted messages behind it) where it is past the tracked one. A
+        partition with nothing returned since it was assigned was read from its committed offset,
+        so its position, once there is one, is at or past it; one sought since is left out (a seek
+        back, the deduper's replay, must not move the group's commit back)."""
+        known = [tp for tp in self.assignment() if tp in self._positions or tp not in self._sought]
+        if not known:
+            return {}
+        try:
+            found = self._consumer.position([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in known])
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the positions of {known} failed: {exc}") from exc
+        out: dict[TopicPartition, int] = {}
+        for raw in found:
+            tp = _tp(raw)
+            tracked = self._positions.get(tp)
+            if raw.error is None and raw.offset >= 0 and (tracked is None or raw.offset > tracked):
+                self._positions[tp] = out[tp] = int(raw.offset)
+        return out
+
+    def group_metadata(self) -> Any:
+        """The group's generation and member id, for a transactional producer's offsets (its commit
+        is refused once this member was fenced out of the group by a rebalance: KIP-447)."""
+        try:
+            return self._consumer.consumer_group_metadata()
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the consumer group metadata failed: {exc}") from exc
+
     def assignment(self) -> list[TopicPartition]:
         try:
             return [_tp(tp) for tp in self._consumer.assignment()]
@@ -376,6 +407,7 @@ class KafkaConsumer(Consumer):
         for tp, offset in offsets.items():
             # A seek discards what was read past it: commit(None) must not commit that.
             self._positions.pop(tp, None)
+            self._sought.add(tp)
             self._commit_later.pop(tp, None)
             if self._assigning is not None and tp in self._assigning:
                 self._pending_seeks[tp] = offset
