@@ -98,3 +98,4 @@ def test_the_embedded_bus_has_no_transactions_and_kafka_readers_read_committed(t
             embedded.transactional_producer("x")
     assert bus.transactions
     assert bus.consumer_config("g")["isolation.level"] == "read_committed"
+

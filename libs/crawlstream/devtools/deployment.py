@@ -56,6 +56,7 @@ logger = logging.getLogger(__name__)
 
 PARTITIONS = 16
 STOP_TIMEOUT_S = 30.0  # SIGTERM to exit, per process
+STACK_DUMP_S = 0.5  # SIGUSR1 to its stacks in the log (faulthandler writes them at once)
 CHECK_INTERVAL_S = 0.3
 # Members that leave are dropped at once; one that dies is dropped after its session times
 # out: keep that short, as a deployment's tests would (6 s is the brokers' minimum).
@@ -172,15 +173,25 @@ class ServiceProcess:
             os.kill(self.process.pid, signal.SIGTERM)
             self.terminated = True
 
+    def dump_stacks(self) -> None:
+        """Have the process print every thread's stack into its log (``SIGUSR1``; it goes on):
+        where a process that does not answer was stuck, read before it is killed."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGUSR1)
+            time.sleep(STACK_DUMP_S)
+
     def stop(self) -> None:
-        """``terminate`` and wait for the exit; SIGKILL if that hangs (SIGCONT first: a
-        stopped process cannot act on SIGTERM)."""
+        """``terminate`` and wait for the exit; if that hangs, its stacks into its log, then
+        SIGKILL (SIGCONT first: a stopped process cannot act on SIGTERM)."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGCONT)
         self.terminate()
         try:
             self.returncode = self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            logger.warning("%s (pid %d) did not exit %.0f s after SIGTERM: its stacks are in %s; killing it",
+                           self.name, self.process.pid, STOP_TIMEOUT_S, self.log)
+            self.dump_stacks()
             os.kill(self.process.pid, signal.SIGKILL)
             self.returncode = self.process.wait(timeout=10)
 
@@ -338,6 +349,8 @@ def wait_until(
 ) -> None:
     """``poll_until``, and DeploymentError with the processes' logs on timeout."""
     if not poll_until(condition, what, timeout_s, processes):
+        for process in processes:  # a stuck one shows where: its stacks end its log's tail
+            process.dump_stacks()
         logs = "\n".join(p.tail() for p in processes)
         raise DeploymentError(f"timed out after {timeout_s}s waiting until {what}:\n{logs}")
 

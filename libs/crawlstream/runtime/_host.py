@@ -285,6 +285,9 @@ def run_standalone(
             service.stop()
 
     install_stop_signals(on_signal)
+    # SIGUSR1: every thread's stack to stderr (the log), from C, so even a main thread stuck in
+    # a client library's call shows where; the process goes on (``kill -USR1 <pid>``).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     heartbeat = Heartbeat(settings.heartbeat_file)
     heartbeat.start()
     try:
