@@ -4,6 +4,7 @@ by a producer with the same transactional.id) leaves neither for a read_committe
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -99,3 +100,53 @@ def test_the_embedded_bus_has_no_transactions_and_kafka_readers_read_committed(t
     assert bus.transactions
     assert bus.consumer_config("g")["isolation.level"] == "read_committed"
 
+
+
+class _StuckOffsets:
+    """The producer's librdkafka handle, but ``send_offsets_to_transaction`` never returns, as it
+    did not in the 3-broker kill e2e test (session 20: the deduper group's coordinator was killed
+    and restarted; librdkafka#5456/#5511). The stand-in is the library's bug, nothing else."""
+
+    def __init__(self, real: object) -> None:
+        self._real = real
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(self, *args: object) -> None:
+        self.release.wait()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
+def test_a_transaction_call_that_does_not_keep_its_timeout_wedges_the_producer(
+    bus: KafkaBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its own timeout and a margin the call is given up: ``ClientWedged`` (the process
+    exits 75 and a fresh one takes over), the producer refuses further calls at once, and
+    closing it does not wait on the stuck call."""
+    from crawlstream.bus import _kafka_transactions
+    from crawlstream.errors import ClientWedged
+
+    monkeypatch.setattr(_kafka_transactions, "_WEDGED_AFTER_S", 1.0)
+    source, out, group = (f"txn-{what}-{uuid.uuid4().hex[:8]}" for what in ("in", "out", "g"))
+    bus.create_topics([source, out], PARTITIONS)
+    consumer = bus.consumer(group)
+    consumer.subscribe([source])
+    consumer.consume(1, 0.5)
+    short = KafkaBus(bus.bootstrap_servers, linger_ms=1, transaction_timeout_s=2.0)
+    producer = short.transactional_producer(f"t-{group}")
+    stuck = _StuckOffsets(producer._producer)
+    producer._producer = stuck  # type: ignore[assignment]
+    producer.produce(out, b"x", partition=0)
+    started = time.monotonic()
+    with pytest.raises(ClientWedged, match=r"send_offsets_to_transaction .* did not return in"):
+        producer.commit_transaction({TopicPartition(source, 0): 1}, consumer)
+    assert time.monotonic() - started < 10
+    with pytest.raises(ClientWedged, match="an earlier call of this producer is stuck"):
+        producer.abort_transaction()
+    started = time.monotonic()
+    producer.close()
+    assert time.monotonic() - started < 1
+    stuck.release.set()
+    consumer.close()
+    short.close()

@@ -13,7 +13,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from crawlstream.bus._base import Consumer, Message, PartitionsCallback, TopicPartition
-from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, retrying
+from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, call_within, retrying
 from crawlstream.errors import BusUnavailable, ClientWedged
 
 __all__ = ["COOPERATIVE", "RANGE", "KafkaConsumer"]
@@ -301,34 +301,19 @@ class KafkaConsumer(Consumer):
             self._polling = None
 
     def _bounded(self, call: Any, what: str) -> Any:
-        """``call()`` on a thread of its own, given up on after ``commit_deadline_s``: the thread
-        (a daemon) is left in the stuck C call and this consumer is marked wedged.
+        """``call()`` given up on after ``commit_deadline_s`` (``call_within``): this consumer is
+        then marked wedged.
 
         Not from a rebalance callback (``on_revoke`` commits): confluent-kafka lets one thread at a
         time use a consumer, and ``poll`` holds it while its callbacks run, so a commit on another
         thread would wait for the callback that waits for it. There the call runs in place."""
         if self._commit_deadline_s <= 0 or self._polling == threading.get_ident():
             return call()
-        done = threading.Event()
-        outcome: list[Any] = []
-
-        def work() -> None:
-            try:
-                outcome.append((True, call()))
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append((False, exc))
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="kafka-commit", daemon=True).start()
-        if not done.wait(self._commit_deadline_s):
+        try:
+            return call_within(call, self._commit_deadline_s, what, "bus.commit_deadline_s")
+        except ClientWedged:
             self._wedged = True
-            raise ClientWedged(f"{what} did not return in {self._commit_deadline_s:g} s (bus.commit_deadline_s): "
-                               "the Kafka client is stuck")
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+            raise
 
     def _rejected_by_rebalance(self, offsets: Mapping[TopicPartition, int], err: Any) -> bool:
         """Whether the group rejected this commit because it moved on to a new generation (a

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from redis import Redis
@@ -32,6 +32,7 @@ from crawlstream.devtools.localproc import die_with_parent, stop_processes
 from crawlstream.errors import ConfigError, TransientError
 from crawlstream.politeness import Scheduler
 from crawlstream.roles import role
+from crawlstream.runtime import EXIT_CLIENT_WEDGED
 from crawlstream.settings import Settings, load
 
 __all__ = [
@@ -82,6 +83,7 @@ _PART = re.compile(r"(?P<topic>[\w.]+)\[(?P<partition>\d+)\]")
 # The host's line when a transient error ends the service and it starts again in-process
 # (``crawlstream.runtime._host``): the loop that logged the ownership is gone, with no "lost".
 _RESTARTED = "; restarting the service in "
+_STARTING = " starting service "  # a process's first line (``restart_if_wedged`` appends a new one)
 
 
 class DeploymentError(RuntimeError):
@@ -96,6 +98,19 @@ def group_of(name: str) -> tuple[str, tuple[str, ...]]:
     return service.group, service.topics
 
 
+def _spawn(name: str, env: Mapping[str, str], log: Path, new_session: bool, mode: str) -> subprocess.Popen[bytes]:
+    with log.open(mode) as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "crawlstream", "service", name],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=die_with_parent,
+            start_new_session=new_session,
+        )
+
+
 @dataclass
 class ServiceProcess:
     """One ``crawlstream service <name>`` process; its stderr (the log) goes to a file."""
@@ -105,22 +120,27 @@ class ServiceProcess:
     process: subprocess.Popen[bytes]
     returncode: int | None = None
     terminated: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    new_session: bool = False
+    wedged_restarts: int = 0
 
     @classmethod
     def start(cls, name: str, env: Mapping[str, str], log: Path, *, new_session: bool = False) -> ServiceProcess:
         """``new_session``: its own session (Linux autogroup then shares the CPU between
         sessions, as between the pods of a node: a benchmark of one member's rate wants that)."""
-        with log.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "crawlstream", "service", name],
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                preexec_fn=die_with_parent,
-                start_new_session=new_session,
-            )
-        return cls(name, log, process)
+        return cls(name, log, _spawn(name, env, log, new_session, "wb"), env=dict(env), new_session=new_session)
+
+    def restart_if_wedged(self) -> bool:
+        """Start it again, on the same log, if it exited with ``EXIT_CLIENT_WEDGED`` (a client
+        library stuck: the process gives itself up for a fresh one, which Kubernetes' restart
+        policy or compose's ``restart:`` start); whether it was."""
+        if self.terminated or self.process.poll() != EXIT_CLIENT_WEDGED:
+            return False
+        logger.warning("%s (pid %d) exited %d (a Kafka client stuck): starting it again, as its supervisor would",
+                       self.name, self.process.pid, EXIT_CLIENT_WEDGED)
+        self.process = _spawn(self.name, self.env, self.log, self.new_session, "ab")
+        self.wedged_restarts += 1
+        return True
 
     @property
     def pid(self) -> int:
@@ -141,7 +161,7 @@ class ServiceProcess:
         owned: set[TopicPartition] = set()
         history = []
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            if _RESTARTED in line:  # the host restarted the service in this process: it owns nothing
+            if _RESTARTED in line or _STARTING in line:  # the service started again: it owns nothing
                 owned = set()
                 history.append(owned)
                 continue
@@ -334,7 +354,7 @@ def poll_until(
     DeploymentError with the logs if one of ``processes`` exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        dead = [p for p in processes if p.process.poll() is not None]
+        dead = [p for p in processes if p.process.poll() is not None and not p.restart_if_wedged()]
         if dead:
             logs = "\n".join(p.tail() for p in dead)
             raise DeploymentError(f"a service process exited while waiting until {what}:\n{logs}")
