@@ -345,8 +345,12 @@ def read_topic(bus: KafkaBus, topic: str) -> list[Message]:
         consumer.subscribe([topic])
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            got.extend(consumer.consume(1000, 0.5))
-            at = consumer.positions()
+            batch = consumer.consume(1000, 0.5)
+            got.extend(batch)
+            for m in batch:  # past each message read; ``positions`` adds the markers skipped
+                at[m.topic_partition] = max(at.get(m.topic_partition, 0), m.offset + 1)
+            for tp, offset in consumer.positions().items():
+                at[tp] = max(at.get(tp, 0), offset)
             if all(at.get(tp, 0) >= end for tp, end in wanted.items()):
                 break
     finally:
