@@ -130,6 +130,19 @@ class _Marked:
         handler._out.send = counting
 
 
+def _member(
+    settings: Settings, marker: str, stack: ExitStack, send: list[DiscoveredUrl] | None = None
+) -> tuple[Host, LoopService]:
+    """A deduper on a host of its own (``send``: discovered URLs put on the bus before it is
+    built), counting its forwards of marked URLs."""
+    host = stack.enter_context(open_host(settings))
+    if send:
+        _send(host, send)
+    member = build(host)
+    _Marked.install(member, marker)
+    return host, member
+
+
 @pytest.fixture
 def marker() -> str:
     return f"m{uuid.uuid4().hex[:10]}"
@@ -149,16 +162,11 @@ def test_a_member_killed_before_its_commit_does_not_get_its_forwards_made_twice(
     twice); now the dead member's forwards were never committed, so only member 2's count."""
     settings = make_settings()
     events = _urls(marker)
-    first_host = stack.enter_context(open_host(settings))
-    _send(first_host, events)
-    first = build(first_host)
-    _Marked.install(first, marker)
+    _, first = _member(settings, marker, stack, events)
     _forward_everything(first, URLS)
     first.loop.close()  # leaves the group, commits nothing; the producer is left as it was
 
-    second_host = stack.enter_context(open_host(settings))
-    second = build(second_host)
-    _Marked.install(second, marker)
+    _, second = _member(settings, marker, stack)
     _forward_everything(second, URLS)  # member 1's forwards were not committed: all again
     second.loop.run_once()  # idle: commits
     second.close()
@@ -178,10 +186,7 @@ def test_a_fenced_member_forwards_nothing_and_its_state_does_not_run_ahead_of_it
     member forwards each URL once."""
     settings = make_settings()
     events = _urls(marker)
-    host = stack.enter_context(open_host(settings))
-    _send(host, events)
-    first = build(host)
-    _Marked.install(first, marker)
+    host, first = _member(settings, marker, stack, events)
     _forward_everything(first, URLS)
     transaction: Any = first.loop._transaction
     assert transaction is not None, "the deduper on Kafka forwards in transactions"
@@ -196,9 +201,7 @@ def test_a_fenced_member_forwards_nothing_and_its_state_does_not_run_ahead_of_it
         offset = Deduper.from_settings(settings).load_partition(partition)
         assert offset is None or offset <= _committed(settings, partition), "snapshot ahead of the commit"
 
-    again = stack.enter_context(open_host(settings))
-    second = build(again)
-    _Marked.install(second, marker)
+    _, second = _member(settings, marker, stack)
     _forward_everything(second, URLS)
     second.loop.run_once()
     second.close()
@@ -231,10 +234,7 @@ def test_partitions_moved_to_a_new_member_mid_stream_are_forwarded_once(
 
     settings = make_settings()
     events = _urls(marker)
-    first_host = stack.enter_context(open_host(settings))
-    _send(first_host, events[: URLS // 2])
-    first = build(first_host)
-    _Marked.install(first, marker)
+    first_host, first = _member(settings, marker, stack, events[: URLS // 2])
     open_at_revoke: list[bool] = []
     on_revoke = first.loop._on_revoke
 
@@ -246,9 +246,7 @@ def test_partitions_moved_to_a_new_member_mid_stream_are_forwarded_once(
     _forward_everything(first, URLS // 2)  # not committed: busy iterations only
 
     monkeypatch.setattr(service, "transactional_id", lambda: f"{service.GROUP}.second-{marker}")  # two live members
-    second_host = stack.enter_context(open_host(settings))
-    second = build(second_host)
-    _Marked.install(second, marker)
+    _, second = _member(settings, marker, stack)
     joining = time.monotonic() + 10.0  # the first does not poll meanwhile: its revoke is pending when it does
     while time.monotonic() < joining:
         second.loop.run_once()
