@@ -122,7 +122,6 @@ class ServiceProcess:
     terminated: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     new_session: bool = False
-    wedged_restarts: int = 0
 
     @classmethod
     def start(cls, name: str, env: Mapping[str, str], log: Path, *, new_session: bool = False) -> ServiceProcess:
@@ -139,7 +138,6 @@ class ServiceProcess:
         logger.warning("%s (pid %d) exited %d (a Kafka client stuck): starting it again, as its supervisor would",
                        self.name, self.process.pid, EXIT_CLIENT_WEDGED)
         self.process = _spawn(self.name, self.env, self.log, self.new_session, "ab")
-        self.wedged_restarts += 1
         return True
 
     @property
