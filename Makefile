@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DATA_DIR ?= ./data
 # Test processes for `make test` (pytest-xdist, one test file per worker at a time).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: run test test-slow repeat-faults soak bench lint venv kafka schema-registry deploy-tools s3 postgres chromium clean help
 

@@ -240,6 +240,35 @@ def test_flush_raises_bus_unavailable_when_the_cluster_is_gone() -> None:
         producer.close()
 
 
+def _librdkafka_clients() -> int:
+    """Live librdkafka clients of this process: one ``rdk:main`` thread each."""
+    tasks = Path("/proc/self/task")
+    return sum(1 for t in tasks.iterdir() if (t / "comm").read_text().strip() == "rdk:main")
+
+
+def test_close_releases_the_client_even_while_its_wrapper_is_still_referenced(cluster: LocalKafka) -> None:
+    """Session 18's soak: each rebuild of a service after an outage left its old clients'
+    threads and sockets behind (link extractors: 5 -> 12 librdkafka clients). A closed service
+    object can stay referenced (a reference cycle, a traceback); ``close`` must release the
+    client itself, not leave it to the garbage collector."""
+    bus = KafkaBus(cluster.bootstrap_servers, linger_ms=5)
+    bus.create_topics(["kafka.released"], 1)
+    before = _librdkafka_clients()
+    kept = [bus.producer() for _ in range(3)]
+    for producer in kept:
+        producer.produce("kafka.released", b"x", partition=0)
+    assert _librdkafka_clients() == before + 3
+    for producer in kept:
+        producer.close()
+    deadline = time.monotonic() + 10
+    while _librdkafka_clients() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _librdkafka_clients() == before, "closed producers still hold their librdkafka clients"
+    with pytest.raises(BusUnavailable, match="closed"):
+        kept[0].produce("kafka.released", b"after close", partition=0)
+    bus.close()
+
+
 def test_a_full_local_queue_applies_back_pressure_instead_of_failing(cluster: LocalKafka) -> None:
     tiny = KafkaBus(
         cluster.bootstrap_servers, linger_ms=0, extra_config={"queue.buffering.max.messages": "5"}

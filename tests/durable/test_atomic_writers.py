@@ -129,8 +129,8 @@ def test_lake_file(tmp_path: Path, published: list[Path]) -> None:
     writer = LakeWriter(tmp_path)
     for i in range(5):
         writer.add_canonical(1, canonicalize(f"https://a{i % 2}.example/{i}"), ts_ms=i)
+    written = sorted(f.path for f in writer.flush())
     writer.close()
-    written = sorted(f.path for f in writer.written)
     assert written and sorted(published) == written
     assert sorted(tmp_path / f.path for f in list_lake_files(tmp_path)) == written
     _no_temporaries(tmp_path)

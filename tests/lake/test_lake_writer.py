@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from crawlstream.lake import (
     LAKE_SCHEMA,
     LakeWriter,
+    WrittenFile,
     as_store,
     compact_partition,
     join_url,
@@ -58,20 +59,23 @@ def test_split_url_separates_a_non_default_port() -> None:
     assert split_url("http://[::1]/") == ("http", "[::1]", None, "/")
 
 
-def _write(root: Path | ObjectStore, urls: list[str], ds: int = 1, **config: int) -> LakeWriter:
-    w = LakeWriter(root, config=LakeSettings(**config))
+def _write(root: Path | ObjectStore, urls: list[str], ds: int = 1, **config: int) -> list[WrittenFile]:
+    """The files one writer published for ``urls`` (collected by ``on_file``: a writer keeps totals only)."""
+    files: list[WrittenFile] = []
+    w = LakeWriter(root, config=LakeSettings(**config), on_file=files.append)
     for i, u in enumerate(urls):
         w.add_canonical(ds, canonicalize(u), ts_ms=1000 + i)
     w.close()
-    return w
+    assert w.totals.files == len(files) and w.totals.rows == sum(f.num_rows for f in files)
+    return files
 
 
 def test_files_are_sorted_by_domain_then_url_and_deduplicated(lake: ObjectStore) -> None:
     urls = [f"http://h{i % 7}.example{i % 3}.com/p{i % 40}" for i in range(300)]
-    w = _write(lake, urls, row_group_rows=16)
-    assert sum(f.duplicates_dropped for f in w.written) == 300 - len(set(urls))
-    assert sorted(f.rel for f in w.written) == [lf.path for lf in list_lake_files(lake)]
-    for f in w.written:
+    files = _write(lake, urls, row_group_rows=16)
+    assert sum(f.duplicates_dropped for f in files) == 300 - len(set(urls))
+    assert sorted(f.rel for f in files) == [lf.path for lf in list_lake_files(lake)]
+    for f in files:
         t = read_lake_table(lake, f.rel)
         assert t.schema.equals(LAKE_SCHEMA)
         rows = [(d, join_url(s, h + d, p, q)) for d, s, h, p, q in zip(
@@ -86,8 +90,8 @@ def test_files_are_sorted_by_domain_then_url_and_deduplicated(lake: ObjectStore)
 
 
 def test_first_row_of_a_duplicate_url_is_kept(lake: ObjectStore) -> None:
-    w = _write(lake, ["http://a.com/x", "http://A.com/x", "http://a.com/y"])
-    t = read_lake_table(lake, w.written[0].rel)
+    files = _write(lake, ["http://a.com/x", "http://A.com/x", "http://a.com/y"])
+    t = read_lake_table(lake, files[0].rel)
     assert t.column("ts").cast("int64").to_pylist() == [1000, 1002]
 
 
@@ -104,19 +108,20 @@ def test_partition_layout_is_readable_by_duckdb_with_hive_partitioning(tmp_path:
 
 
 def test_an_unfinished_temp_file_is_never_listed(tmp_path: Path) -> None:
-    w = _write(tmp_path, ["http://a.com/x"])
-    part = w.written[0].path.parent
-    (part / ".part-999-crashed.parquet.tmp").write_bytes(b"PAR1 half")
-    assert [lf.path for lf in list_lake_files(tmp_path)] == [w.written[0].path.relative_to(tmp_path).as_posix()]
+    (written,) = _write(tmp_path, ["http://a.com/x"])
+    assert isinstance(written.path, Path)
+    (written.path.parent / ".part-999-crashed.parquet.tmp").write_bytes(b"PAR1 half")
+    assert [lf.path for lf in list_lake_files(tmp_path)] == [written.path.relative_to(tmp_path).as_posix()]
 
 
 def test_a_full_buffer_publishes_its_largest_partition(lake: ObjectStore) -> None:
-    w = LakeWriter(lake, config=LakeSettings(buffer_max_rows=50))
+    files: list[WrittenFile] = []
+    w = LakeWriter(lake, config=LakeSettings(buffer_max_rows=50), on_file=files.append)
     for i in range(120):
         w.add_canonical(1, canonicalize(f"http://big.com/{i}"))
-    assert len(w.written) == 2 and w.buffered_rows == 20
+    assert len(files) == 2 and w.buffered_rows == 20
     w.close()
-    assert sum(f.num_rows for f in w.written) == 120
+    assert sum(f.num_rows for f in files) == 120 == w.totals.rows
 
 
 def test_compaction_merges_a_partition_and_hides_the_files_it_replaces(lake: ObjectStore) -> None:
@@ -124,8 +129,8 @@ def test_compaction_merges_a_partition_and_hides_the_files_it_replaces(lake: Obj
 
     a = _write(lake, ["http://a.com/1", "http://a.com/2"])
     b = _write(lake, ["http://a.com/2", "http://a.com/3"])
-    old = [f.rel for f in a.written + b.written]
-    merged = compact_partition(lake, 1, a.written[0].hh, old, row_group_rows=8, zstd_level=3)
+    old = [f.rel for f in a + b]
+    merged = compact_partition(lake, 1, a[0].hh, old, row_group_rows=8, zstd_level=3)
     assert merged.num_rows == 3 and merged.duplicates_dropped == 1
     assert read_replaces(lake, merged.rel) == sorted(old)
     t = read_lake_table(lake, merged.rel)

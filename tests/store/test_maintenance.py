@@ -111,9 +111,11 @@ def test_puts_during_a_pass_are_not_blocked_beyond_the_swap(
         done = threading.Event()
         result: list[object] = []
 
+        step_ends: list[float] = []
+
         def run() -> None:
-            try:
-                result.append(store.maintain(now_ms=1))  # the puts below are "fetched" later: not due
+            try:  # the puts below are "fetched" later: not due
+                result.append(store.maintain(now_ms=1, progress=lambda _: step_ends.append(time.monotonic())))
             finally:
                 done.set()
 
@@ -132,12 +134,17 @@ def test_puts_during_a_pass_are_not_blocked_beyond_the_swap(
         thread.join()
         pass_s = time.monotonic() - started
         worst = max(latencies)
-        print(f"pass {pass_s:.1f} s, {len(latencies)} puts, worst put {worst * 1000:.1f} ms")
+        steps = [b - a for a, b in zip([started, *step_ends], step_ends, strict=False)]
+        longest = max(steps)
+        print(f"pass {pass_s:.1f} s, {len(steps)} steps (longest {longest:.1f} s), {len(latencies)} puts, "
+              f"worst put {worst * 1000:.1f} ms")
         assert len(latencies) >= 20, "puts went on during the pass"
         # Blocked only while a step swaps its batch in, never for a step's compression (seconds at
-        # level 19). The bound is loose on purpose: on 2 shared cores a put also waits for the GIL
-        # (0.3-0.75 s seen under load); the latency itself is measured by bench store_maintain.
-        assert worst < 2.0 and worst < pass_s / 10, f"a put waited {worst:.3f} s during a {pass_s:.1f} s pass"
+        # level 19). The bound is relative to the step's own time, not absolute: on 2 shared cores
+        # a put also waits for the GIL (0.3-2 s seen under CI's load, when a pass takes 39 s);
+        # the latency itself is measured by bench store_maintain.
+        assert worst < longest / 2 and worst < pass_s / 10, (
+            f"a put waited {worst:.3f} s during a {pass_s:.1f} s pass whose longest step took {longest:.1f} s")
         assert all(store.get(url) == body for url, body in pages)
         assert all(e.location.tier == "archive" for e in store.search() if e.fetched_at_ms == 0)
 

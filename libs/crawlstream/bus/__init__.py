@@ -7,14 +7,22 @@ and its workers) would otherwise pay for a backend it never opens (ADR 009).
 
 from typing import TYPE_CHECKING, Any
 
-from crawlstream.bus._base import Bus, Consumer, Message, PartitionsCallback, Producer, TopicPartition
+from crawlstream.bus._base import (
+    Bus,
+    Consumer,
+    Message,
+    PartitionsCallback,
+    Producer,
+    TopicPartition,
+    TransactionalProducer,
+)
 from crawlstream.bus._factory import open_bus
 from crawlstream.bus._kafka_config import parse_kafka_extra_config, scope_kafka_extra_config
 
 if TYPE_CHECKING:
     from crawlstream.bus._kafka import KafkaBus
 
-__all__ = ["Bus", "Consumer", "Message", "PartitionsCallback", "Producer", "TopicPartition"]
+__all__ = ["Bus", "Consumer", "Message", "PartitionsCallback", "Producer", "TopicPartition", "TransactionalProducer"]
 __all__ += ["KafkaBus", "open_bus", "parse_kafka_extra_config", "scope_kafka_extra_config"]
 from crawlstream.bus._embedded import EmbeddedBus  # noqa: E402
 

@@ -16,6 +16,10 @@ Partition ownership is announced through the callbacks given to ``subscribe``:
 ``on_assign`` before the first message of a newly owned partition, ``on_revoke`` when a
 partition is handed over cleanly (flush its state, then commit, then return), ``on_lost``
 when ownership was already taken away (drop its state; committing would be rejected).
+
+Kafka adds transactions (``TransactionalProducer``, ADR 038): what a producer sent and the
+offsets of the input that produced it commit together, or neither does, as read_committed
+consumers see it. The embedded log has none (one process: nothing to fence).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from crawlstream.errors import ConfigError
+
 __all__ = [
     "Bus",
     "Consumer",
@@ -32,6 +38,7 @@ __all__ = [
     "PartitionsCallback",
     "Producer",
     "TopicPartition",
+    "TransactionalProducer",
 ]
 
 
@@ -93,6 +100,33 @@ class Producer(ABC):
         """Flush and release resources."""
 
 
+class TransactionalProducer(Producer):
+    """A producer whose messages become visible together with consumer offsets, or never.
+
+    ``produce`` opens a transaction when none is open. ``commit_transaction(offsets, consumer)``
+    adds ``offsets`` (next offset per partition) for ``consumer``'s group and commits: after it
+    returns, the messages and the offsets are durable together. If it raises ``BusUnavailable``,
+    the transaction was aborted (or the producer is dead): neither the messages nor the offsets
+    exist, and the caller must drop whatever state it built from that input (rebuild from the
+    last commit) rather than commit it later. ``close`` aborts an open transaction.
+    """
+
+    transactional_id: str
+
+    @property
+    @abstractmethod
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (something was produced since the last commit or abort)."""
+
+    @abstractmethod
+    def commit_transaction(self, offsets: Mapping[TopicPartition, int], consumer: Consumer) -> None:
+        """Commit what was produced and ``offsets`` of ``consumer``'s group atomically."""
+
+    @abstractmethod
+    def abort_transaction(self) -> None:
+        """Drop what the open transaction holds (nothing happens when none is open)."""
+
+
 class Consumer(ABC):
     """A member of one consumer group. Not thread-safe: one loop owns it."""
 
@@ -128,6 +162,14 @@ class Consumer(ABC):
     def assignment(self) -> list[TopicPartition]:
         """Partitions this member owns now."""
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """Owned partitions whose next offset is past the last message returned (or, with none
+        returned since their assignment and no seek, past the committed offset), and that offset:
+        records the backend reads but never returns (Kafka: transaction markers, aborted messages)
+        are skipped, and a commit may cover them, else a group's lag never reaches 0 behind a
+        transactional producer. Default: none."""
+        return {}
+
     @abstractmethod
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Make the next read of an owned ``partition`` start at ``offset``."""
@@ -155,6 +197,16 @@ class Bus(ABC):
     @abstractmethod
     def consumer(self, group_id: str) -> Consumer:
         """A new member of ``group_id``. A group with no committed offset starts at the beginning."""
+
+    @property
+    def transactions(self) -> bool:
+        """Whether ``transactional_producer`` works on this backend (Kafka: yes)."""
+        return False
+
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+        """A new producer with transactions under ``transactional_id`` (one live producer per id:
+        a second one fences the first, aborting its open transaction)."""
+        raise ConfigError(f"{type(self).__name__} has no transactions (transactional id {transactional_id!r})")
 
     @abstractmethod
     def create_topics(self, topics: Iterable[str], partitions: int) -> None:

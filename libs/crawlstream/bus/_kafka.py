@@ -8,7 +8,8 @@ mapping. Every ``KafkaException`` stops here and leaves as ``BusUnavailable`` wi
 cause kept. It does not decode values and does not handle signals: graceful shutdown
 (flush, commit, close) is the service loop's job.
 
-The consumer is ``_kafka_consumer.py``; what producer, consumer and bus share (retries while the
+The consumer is ``_kafka_consumer.py``, the transactional producer ``_kafka_transactions.py``
+(ADR 038); what producer, consumer and bus share (retries while the
 cluster recovers, warn-once error counts, partition counts) is ``_kafka_support.py``; the
 operator's ``extra_config`` is parsed by ``_kafka_config.py``.
 
@@ -21,13 +22,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from crawlstream.bus._base import Bus, Producer
+from crawlstream.bus._base import Bus, Producer, TransactionalProducer
 from crawlstream.bus._kafka_config import parse_kafka_extra_config, scope_kafka_extra_config
 from crawlstream.bus._kafka_consumer import COOPERATIVE, RANGE, KafkaConsumer
 from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, partitions_in_metadata, retrying
@@ -41,6 +42,13 @@ logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("crawlstream.bus.librdkafka")
 
 _QUEUE_FULL_TIMEOUT_S = 60.0
+
+
+class _ClosedProducer:
+    """Stands in for a released librdkafka producer: any use is a clear error."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise BusUnavailable(f"this Kafka producer is closed ({name}); a service builds a new one when it restarts")
 
 
 class KafkaProducer(Producer):
@@ -151,6 +159,13 @@ class KafkaProducer(Producer):
             self._producer.purge()
             self._producer.poll(0)
             raise
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """librdkafka's threads and sockets go with the last reference to its handle, which need
+        not be ours: a closed service object can live on in a cycle. Drop it here."""
+        self._producer = cast(confluent_kafka.Producer, _ClosedProducer())
 
 
 class KafkaBus(Bus):
@@ -174,9 +189,11 @@ class KafkaBus(Bus):
         extra_config: Mapping[str, str] | None = None,
         policy: TopicPolicy | None = None,
         commit_deadline_s: float = 120.0,
+        transaction_timeout_s: float = 30.0,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.commit_deadline_s = commit_deadline_s
+        self.transaction_timeout_s = transaction_timeout_s
         self._common: dict[str, Any] = {
             "bootstrap.servers": bootstrap_servers,
             "client.id": client_id,
@@ -200,6 +217,7 @@ class KafkaBus(Bus):
             extra_config=parse_kafka_extra_config(getattr(settings.bus, "kafka_extra_config", "")),
             policy=TopicPolicy.from_settings(settings),
             commit_deadline_s=settings.bus.commit_deadline_s,
+            transaction_timeout_s=settings.bus.transaction_timeout_s,
         )
 
     def producer_config(self) -> dict[str, Any]:
@@ -230,6 +248,9 @@ class KafkaBus(Bus):
             # must move; the others keep their per-partition state and keep flowing.
             "partition.assignment.strategy": COOPERATIVE,
             "enable.partition.eof": False,
+            # librdkafka's default, said here: a transaction's messages (the deduper's forwards)
+            # are read once it commits, never if it aborts (ADR 038).
+            "isolation.level": "read_committed",
             # One message may be as large as a topic accepts.
             "fetch.message.max.bytes": max(1_048_576, self.policy.max_message_bytes),
             **self._extra,
@@ -238,6 +259,17 @@ class KafkaBus(Bus):
 
     def producer(self) -> KafkaProducer:
         return KafkaProducer(self.producer_config(), self)
+
+    @property
+    def transactions(self) -> bool:
+        return True
+
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
+        """A producer whose sends commit with consumer offsets (``KafkaTransactionalProducer``),
+        its transactions timing out after ``transaction_timeout_s``."""
+        from crawlstream.bus._kafka_transactions import KafkaTransactionalProducer
+
+        return KafkaTransactionalProducer(self.producer_config(), self, transactional_id, self.transaction_timeout_s)
 
     def consumer(self, group_id: str) -> KafkaConsumer:
         # A strategy set in extra_config is the operator's choice, for every subscription.

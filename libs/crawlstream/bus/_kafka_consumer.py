@@ -13,7 +13,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from crawlstream.bus._base import Consumer, Message, PartitionsCallback, TopicPartition
-from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, retrying
+from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, call_within, retrying
 from crawlstream.errors import BusUnavailable, ClientWedged
 
 __all__ = ["COOPERATIVE", "RANGE", "KafkaConsumer"]
@@ -98,6 +98,7 @@ class KafkaConsumer(Consumer):
         self._revoking: set[TopicPartition] | None = None
         self._commit_later: dict[TopicPartition, int] = {}
         self._pending_seeks: dict[TopicPartition, int] = {}
+        self._sought: set[TopicPartition] = set()  # sought since assigned: not read from the commit
         self._on_assign: PartitionsCallback | None = None
         self._on_revoke: PartitionsCallback | None = None
         self._on_lost: PartitionsCallback | None = None
@@ -206,6 +207,7 @@ class KafkaConsumer(Consumer):
             self._committed.pop(tp, None)
             self._pending_seeks.pop(tp, None)
             self._commit_later.pop(tp, None)
+            self._sought.discard(tp)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -299,34 +301,19 @@ class KafkaConsumer(Consumer):
             self._polling = None
 
     def _bounded(self, call: Any, what: str) -> Any:
-        """``call()`` on a thread of its own, given up on after ``commit_deadline_s``: the thread
-        (a daemon) is left in the stuck C call and this consumer is marked wedged.
+        """``call()`` given up on after ``commit_deadline_s`` (``call_within``): this consumer is
+        then marked wedged.
 
         Not from a rebalance callback (``on_revoke`` commits): confluent-kafka lets one thread at a
         time use a consumer, and ``poll`` holds it while its callbacks run, so a commit on another
         thread would wait for the callback that waits for it. There the call runs in place."""
         if self._commit_deadline_s <= 0 or self._polling == threading.get_ident():
             return call()
-        done = threading.Event()
-        outcome: list[Any] = []
-
-        def work() -> None:
-            try:
-                outcome.append((True, call()))
-            except BaseException as exc:  # handed to the caller's thread
-                outcome.append((False, exc))
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="kafka-commit", daemon=True).start()
-        if not done.wait(self._commit_deadline_s):
+        try:
+            return call_within(call, self._commit_deadline_s, what, "bus.commit_deadline_s")
+        except ClientWedged:
             self._wedged = True
-            raise ClientWedged(f"{what} did not return in {self._commit_deadline_s:g} s (bus.commit_deadline_s): "
-                               "the Kafka client is stuck")
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+            raise
 
     def _rejected_by_rebalance(self, offsets: Mapping[TopicPartition, int], err: Any) -> bool:
         """Whether the group rejected this commit because it moved on to a new generation (a
@@ -363,6 +350,35 @@ class KafkaConsumer(Consumer):
         )
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """librdkafka's application position (after the last message returned, and after the
+        transaction markers and aborted messages behind it) where it is past the tracked one. A
+        partition with nothing returned since it was assigned was read from its committed offset,
+        so its position, once there is one, is at or past it; one sought since is left out (a seek
+        back, the deduper's replay, must not move the group's commit back)."""
+        known = [tp for tp in self.assignment() if tp in self._positions or tp not in self._sought]
+        if not known:
+            return {}
+        try:
+            found = self._consumer.position([confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in known])
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the positions of {known} failed: {exc}") from exc
+        out: dict[TopicPartition, int] = {}
+        for raw in found:
+            tp = _tp(raw)
+            tracked = self._positions.get(tp)
+            if raw.error is None and raw.offset >= 0 and (tracked is None or raw.offset > tracked):
+                self._positions[tp] = out[tp] = int(raw.offset)
+        return out
+
+    def group_metadata(self) -> Any:
+        """The group's generation and member id, for a transactional producer's offsets (its commit
+        is refused once this member was fenced out of the group by a rebalance: KIP-447)."""
+        try:
+            return self._consumer.consumer_group_metadata()
+        except KafkaException as exc:
+            raise BusUnavailable(f"reading the consumer group metadata failed: {exc}") from exc
+
     def assignment(self) -> list[TopicPartition]:
         try:
             return [_tp(tp) for tp in self._consumer.assignment()]
@@ -376,6 +392,7 @@ class KafkaConsumer(Consumer):
         for tp, offset in offsets.items():
             # A seek discards what was read past it: commit(None) must not commit that.
             self._positions.pop(tp, None)
+            self._sought.add(tp)
             self._commit_later.pop(tp, None)
             if self._assigning is not None and tp in self._assigning:
                 self._pending_seeks[tp] = offset

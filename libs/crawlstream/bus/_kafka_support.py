@@ -4,15 +4,16 @@ while the cluster recovers, warn-once error counting and partition counts from m
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException
 
-from crawlstream.errors import BusUnavailable
+from crawlstream.errors import BusUnavailable, ClientWedged
 
-__all__ = ["METADATA_TIMEOUT_S", "WarnOnce", "partitions_in_metadata", "retrying"]
+__all__ = ["METADATA_TIMEOUT_S", "WarnOnce", "call_within", "partitions_in_metadata", "retrying"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,3 +113,30 @@ def partitions_in_metadata(client: Any, topic: str) -> int:
                 f"{last_error}); does it exist? (services create their topics at start-up)"
             )
         time.sleep(0.1)
+
+
+def call_within(call: Callable[[], T], deadline_s: float, what: str, setting: str) -> T:
+    """``call()`` on a daemon thread of its own; ``ClientWedged`` if it has not returned after
+    ``deadline_s`` (the thread is left in the stuck C call: the handle can be neither used nor
+    closed, only dropped with the process). librdkafka's blocking calls take a timeout, but some
+    do not keep it (a commit after a broker failover; ``send_offsets_to_transaction`` while its
+    group coordinator's broker was replaced: confluentinc/librdkafka#5456, #5511). ``setting``
+    names the deadline's setting in the message."""
+    done = threading.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def work() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=f"kafka-{what.split()[0]}", daemon=True).start()
+    if not done.wait(deadline_s):
+        raise ClientWedged(f"{what} did not return in {deadline_s:g} s ({setting}): the Kafka client is stuck")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return cast(T, value)

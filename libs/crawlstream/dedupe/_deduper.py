@@ -10,7 +10,10 @@ Caller's contract (the deduper service loop and its rebalance callbacks):
 * Per batch: ``check_and_add(p, items)``; forward the items answered True.
 * Periodically and on revoke: 1. flush the producer (the forwarded URLs are durable),
   2. ``flush_partition(p, next_offset)`` (the snapshot covers them), 3. commit ``next_offset``.
-  Do not reorder: a snapshot that covers unforwarded URLs would drop them forever.
+  Do not reorder: a snapshot that covers unforwarded URLs would drop them forever. With
+  forwards and offsets in one transaction (Kafka, ADR 038): 1. commit the transaction,
+  2. ``flush_partition(p, next_offset)`` only if ``next_offset`` is committed: a snapshot past
+  an aborted transaction would drop its URLs the same way.
 * On revoke after flushing, or on lost: ``drop_partition(p)`` (lost: without flushing).
 
 Snapshots are ``<root>/<partition>.bloom`` (``root`` = ``<data_dir>/dedupe``), written to a

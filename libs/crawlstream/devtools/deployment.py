@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from redis import Redis
@@ -32,6 +32,7 @@ from crawlstream.devtools.localproc import die_with_parent, stop_processes
 from crawlstream.errors import ConfigError, TransientError
 from crawlstream.politeness import Scheduler
 from crawlstream.roles import role
+from crawlstream.runtime import EXIT_CLIENT_WEDGED
 from crawlstream.settings import Settings, load
 
 __all__ = [
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 PARTITIONS = 16
 STOP_TIMEOUT_S = 30.0  # SIGTERM to exit, per process
+STACK_DUMP_S = 0.5  # SIGUSR1 to its stacks in the log (faulthandler writes them at once)
 CHECK_INTERVAL_S = 0.3
 # Members that leave are dropped at once; one that dies is dropped after its session times
 # out: keep that short, as a deployment's tests would (6 s is the brokers' minimum).
@@ -81,6 +83,7 @@ _PART = re.compile(r"(?P<topic>[\w.]+)\[(?P<partition>\d+)\]")
 # The host's line when a transient error ends the service and it starts again in-process
 # (``crawlstream.runtime._host``): the loop that logged the ownership is gone, with no "lost".
 _RESTARTED = "; restarting the service in "
+_STARTING = " starting service "  # a process's first line (``restart_if_wedged`` appends a new one)
 
 
 class DeploymentError(RuntimeError):
@@ -95,6 +98,19 @@ def group_of(name: str) -> tuple[str, tuple[str, ...]]:
     return service.group, service.topics
 
 
+def _spawn(name: str, env: Mapping[str, str], log: Path, new_session: bool, mode: str) -> subprocess.Popen[bytes]:
+    with log.open(mode) as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "crawlstream", "service", name],
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=die_with_parent,
+            start_new_session=new_session,
+        )
+
+
 @dataclass
 class ServiceProcess:
     """One ``crawlstream service <name>`` process; its stderr (the log) goes to a file."""
@@ -104,22 +120,25 @@ class ServiceProcess:
     process: subprocess.Popen[bytes]
     returncode: int | None = None
     terminated: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    new_session: bool = False
 
     @classmethod
     def start(cls, name: str, env: Mapping[str, str], log: Path, *, new_session: bool = False) -> ServiceProcess:
         """``new_session``: its own session (Linux autogroup then shares the CPU between
         sessions, as between the pods of a node: a benchmark of one member's rate wants that)."""
-        with log.open("wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "crawlstream", "service", name],
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                preexec_fn=die_with_parent,
-                start_new_session=new_session,
-            )
-        return cls(name, log, process)
+        return cls(name, log, _spawn(name, env, log, new_session, "wb"), env=dict(env), new_session=new_session)
+
+    def restart_if_wedged(self) -> bool:
+        """Start it again, on the same log, if it exited with ``EXIT_CLIENT_WEDGED`` (a client
+        library stuck: the process gives itself up for a fresh one, which Kubernetes' restart
+        policy or compose's ``restart:`` start); whether it was."""
+        if self.terminated or self.process.poll() != EXIT_CLIENT_WEDGED:
+            return False
+        logger.warning("%s (pid %d) exited %d (a Kafka client stuck): starting it again, as its supervisor would",
+                       self.name, self.process.pid, EXIT_CLIENT_WEDGED)
+        self.process = _spawn(self.name, self.env, self.log, self.new_session, "ab")
+        return True
 
     @property
     def pid(self) -> int:
@@ -140,7 +159,7 @@ class ServiceProcess:
         owned: set[TopicPartition] = set()
         history = []
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            if _RESTARTED in line:  # the host restarted the service in this process: it owns nothing
+            if _RESTARTED in line or _STARTING in line:  # the service started again: it owns nothing
                 owned = set()
                 history.append(owned)
                 continue
@@ -172,15 +191,25 @@ class ServiceProcess:
             os.kill(self.process.pid, signal.SIGTERM)
             self.terminated = True
 
+    def dump_stacks(self) -> None:
+        """Have the process print every thread's stack into its log (``SIGUSR1``; it goes on):
+        where a process that does not answer was stuck, read before it is killed."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGUSR1)
+            time.sleep(STACK_DUMP_S)
+
     def stop(self) -> None:
-        """``terminate`` and wait for the exit; SIGKILL if that hangs (SIGCONT first: a
-        stopped process cannot act on SIGTERM)."""
+        """``terminate`` and wait for the exit; if that hangs, its stacks into its log, then
+        SIGKILL (SIGCONT first: a stopped process cannot act on SIGTERM)."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGCONT)
         self.terminate()
         try:
             self.returncode = self.process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            logger.warning("%s (pid %d) did not exit %.0f s after SIGTERM: its stacks are in %s; killing it",
+                           self.name, self.process.pid, STOP_TIMEOUT_S, self.log)
+            self.dump_stacks()
             os.kill(self.process.pid, signal.SIGKILL)
             self.returncode = self.process.wait(timeout=10)
 
@@ -323,7 +352,7 @@ def poll_until(
     DeploymentError with the logs if one of ``processes`` exits meanwhile."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        dead = [p for p in processes if p.process.poll() is not None]
+        dead = [p for p in processes if p.process.poll() is not None and not p.restart_if_wedged()]
         if dead:
             logs = "\n".join(p.tail() for p in dead)
             raise DeploymentError(f"a service process exited while waiting until {what}:\n{logs}")
@@ -338,6 +367,8 @@ def wait_until(
 ) -> None:
     """``poll_until``, and DeploymentError with the processes' logs on timeout."""
     if not poll_until(condition, what, timeout_s, processes):
+        for process in processes:  # a stuck one shows where: its stacks end its log's tail
+            process.dump_stacks()
         logs = "\n".join(p.tail() for p in processes)
         raise DeploymentError(f"timed out after {timeout_s}s waiting until {what}:\n{logs}")
 

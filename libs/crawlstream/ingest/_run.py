@@ -237,9 +237,9 @@ def ingest_files(
     if published is not None:
         published()
     writer.flush()
-    stats.files_written = len(writer.written)
-    stats.bytes_written = sum(w.size_bytes for w in writer.written)
-    stats.duplicates_dropped = sum(w.duplicates_dropped for w in writer.written)
+    stats.files_written = writer.totals.files
+    stats.bytes_written = writer.totals.bytes
+    stats.duplicates_dropped = writer.totals.duplicates_dropped
     stats.seconds = time.perf_counter() - stats.started
     if stats.invalid:
         logger.warning("dataset %d: %d invalid rows by reason %s", dataset_id,

@@ -50,6 +50,7 @@ from crawlstream.lake._schema import (
 from crawlstream.lake._writer import (
     LAKE_ZSTD_LEVEL,
     LakeWriter,
+    WriteTotals,
     WrittenFile,
     build_table,
     parquet_options,
@@ -72,6 +73,7 @@ __all__ = [
     "RawForm",
     "RedirectChain",
     "RedirectHop",
+    "WriteTotals",
     "WrittenFile",
     "as_store",
     "build_table",

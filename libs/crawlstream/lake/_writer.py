@@ -39,7 +39,7 @@ from crawlstream.settings import LakeSettings
 if TYPE_CHECKING:
     from crawlstream.settings import Settings
 
-__all__ = ["LAKE_ZSTD_LEVEL", "LakeWriter", "WrittenFile", "parquet_options", "write_lake_file"]
+__all__ = ["LAKE_ZSTD_LEVEL", "LakeWriter", "WriteTotals", "WrittenFile", "parquet_options", "write_lake_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,16 @@ class WrittenFile:
     duplicates_dropped: int
     size_bytes: int
     rel: str = ""  # relative to the lake's location (urls/...)
+
+
+@dataclass(slots=True)
+class WriteTotals:
+    """What a writer has published so far: counts, not a list (a sink runs for months)."""
+
+    files: int = 0
+    rows: int = 0
+    bytes: int = 0
+    duplicates_dropped: int = 0
 
 
 @dataclass(slots=True)
@@ -172,7 +182,7 @@ class LakeWriter:
         self._buffers: dict[tuple[int, str], _Buffer] = {}
         self._buffered = 0
         self._hh_cache: dict[str, str] = {}
-        self.written: list[WrittenFile] = []
+        self.totals = WriteTotals()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, zstd_level: int | None = None, **kwargs: Any) -> LakeWriter:
@@ -232,7 +242,7 @@ class LakeWriter:
         """Publish every buffered partition; return the files written by this call. If a file
         cannot be published (``StorageUnavailable``) its rows stay buffered and the error is
         raised after the others were published: a caller never forgets rows it did not publish."""
-        before = len(self.written)
+        written: list[WrittenFile] = []
         # Sorting is CPU (GIL) bound; writing + fsync is I/O bound and overlaps in threads,
         # which matters because small datasets spread over 256 prefixes make many small files.
         with ThreadPoolExecutor(max_workers=self.io_threads) as pool:
@@ -254,17 +264,22 @@ class LakeWriter:
                     self._buffered += len(buf.urls)
                     failed = failed or exc
                     continue
-                self._record(self._written(dataset_id, hh, rel, rows, dropped, size))
+                written.append(self._record(self._written(dataset_id, hh, rel, rows, dropped, size)))
             if failed is not None:
                 raise failed
-        return self.written[before:]
+        return written
 
-    def _record(self, written: WrittenFile) -> None:
+    def _record(self, written: WrittenFile) -> WrittenFile:
         logger.debug("lake file %s: %d rows (%d duplicates dropped)", written.path, written.num_rows,
                      written.duplicates_dropped)
-        self.written.append(written)
+        totals = self.totals
+        totals.files += 1
+        totals.rows += written.num_rows
+        totals.bytes += written.size_bytes
+        totals.duplicates_dropped += written.duplicates_dropped
         if self.on_file is not None:
             self.on_file(written)
+        return written
 
     def close(self) -> None:
         self.flush()

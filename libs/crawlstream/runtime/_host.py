@@ -24,7 +24,7 @@ from typing import Protocol
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from crawlstream.bus import Bus, Consumer, Producer, TopicPartition
+from crawlstream.bus import Bus, Consumer, Producer, TopicPartition, TransactionalProducer
 from crawlstream.bus._factory import open_bus
 from crawlstream.durable import DiskFloor
 from crawlstream.errors import ClientWedged, TransientError
@@ -99,6 +99,7 @@ class Host:
         consumer: Consumer | None = None,
         samplers: Sequence[Callable[[list[TopicPartition]], None]] = (),
         writes_data_dir: bool = True,
+        transaction: TransactionalProducer | None = None,
     ) -> ServiceLoop:
         """A loop of consumer group ``group`` on this host's bus, codec, metrics and stop signal.
 
@@ -109,7 +110,8 @@ class Host:
         its lag, and calls ``samplers`` with the partitions it owns, every ``metrics.lag_interval_s``.
         The loop pauses below the data dir's free-space floor (ADR 033) unless ``writes_data_dir``
         is False (a service whose only output is the bus) and the bus is Kafka: the embedded log is
-        under the data dir, so there every service writes there.
+        under the data dir, so there every service writes there. ``transaction``: the loop commits
+        the handler's outputs and its offsets in one transaction (``transactional_event_producer``).
         """
         bus = self.settings.bus
         embedded_bus = self.settings.kafka_bootstrap_servers is None
@@ -134,6 +136,7 @@ class Host:
             lag_interval_s=self.settings.metrics.lag_interval_s,
             samplers=samplers,
             disk_floor=self.disk_floor if writes_data_dir or embedded_bus else None,
+            transaction=transaction,
         )
 
     def event_producer(self) -> EventProducer:
@@ -142,6 +145,13 @@ class Host:
         producer = self.bus.producer()
         self._closers.append(producer.close)
         return EventProducer(_CountingProducer(producer, LoopMetrics.of(self.registry).produced), self.codec)
+
+    def transactional_event_producer(self, transactional_id: str) -> tuple[EventProducer, TransactionalProducer]:
+        """A producer of typed events whose sends commit with a loop's offsets (closed with the
+        host, which aborts its open transaction), and its transactions, for ``service_loop``."""
+        producer = self.bus.transactional_producer(transactional_id)
+        self._closers.append(producer.close)
+        return EventProducer(_CountingProducer(producer, LoopMetrics.of(self.registry).produced), self.codec), producer
 
     def close(self) -> None:
         """Close every client the host made, even when one fails: a producer whose flush fails in
@@ -275,6 +285,9 @@ def run_standalone(
             service.stop()
 
     install_stop_signals(on_signal)
+    # SIGUSR1: every thread's stack to stderr (the log), from C, so even a main thread stuck in
+    # a client library's call shows where; the process goes on (``kill -USR1 <pid>``).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     heartbeat = Heartbeat(settings.heartbeat_file)
     heartbeat.start()
     try:

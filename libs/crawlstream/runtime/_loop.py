@@ -30,6 +30,17 @@ and calls no ``end_batch``: what is not consumed stays in the topics, and the co
 moves past what earlier batches finished. It still commits those, beats, samples, and polls
 once (one message, sought straight back) so the group keeps the member and rebalances go on;
 then it waits out the poll timeout. It resumes by itself once the space is back.
+
+Transactions (ADR 038, Kafka only, opt-in: the deduper): a loop given a ``transaction``
+producer commits in step 5 with ``commit_transaction(offsets, consumer)`` instead of
+``consumer.commit``: the handler's outputs and the offsets of their inputs become visible
+together, or not at all, so a member that dies after sending and before committing has sent
+nothing a read_committed reader sees. It commits every partition's offsets (the transaction
+holds all their outputs), then calls ``handler.after_commit`` (where state that must never run
+ahead of the commit is written). On a clean revoke it commits first and calls ``on_revoke``
+after; on a loss with a transaction open it aborts and raises ``BusUnavailable``, as it does
+when a commit fails: the handler's memory is ahead of what was committed, so the host builds
+the service again from its last commit.
 """
 
 from __future__ import annotations
@@ -43,9 +54,9 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from crawlstream.bus import Consumer, Message, Producer, TopicPartition
+from crawlstream.bus import Consumer, Message, Producer, TopicPartition, TransactionalProducer
 from crawlstream.durable import MIB, DiskFloor
-from crawlstream.errors import BadDataError, TransientError
+from crawlstream.errors import BadDataError, BusUnavailable, TransientError
 from crawlstream.events import TOPIC_EVENTS, EventCodec, dead_letter
 from crawlstream.logs import log_fields, service_context
 from crawlstream.metrics import per_registry
@@ -79,6 +90,11 @@ class EventHandler:
     def before_commit(self) -> None:
         """Make durable what the next commit's inputs were turned into, besides producers
         (the scheduler's frontier files): after it, those inputs are never replayed."""
+
+    def after_commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """``offsets`` (next offset per partition) were just committed, with the outputs of their
+        inputs when the loop is transactional: state that must not cover more than was committed
+        (the deduper's Bloom snapshots) may be written up to them now."""
 
     def room(self, batch_size: int) -> int:
         """How many messages the next poll may return (0: do not poll; ``end_batch`` should
@@ -180,6 +196,8 @@ class ServiceLoop:
     owns (a service's own gauges: the scheduler's ready domains); so is the handler's
     ``caught_up`` with the owned partitions read to their end (the scheduler's lease clock).
     ``disk_floor``: pause while the data disk is below it (module docstring; None: never).
+    ``transaction``: commit outputs and offsets in one transaction (module docstring; it must be
+    the producer the handler sends with, and among ``producers``).
     """
 
     def __init__(
@@ -206,8 +224,10 @@ class ServiceLoop:
         lag_interval_s: float = 5.0,
         samplers: Sequence[Callable[[list[TopicPartition]], None]] = (),
         disk_floor: DiskFloor | None = None,
+        transaction: TransactionalProducer | None = None,
     ) -> None:
         self._service = service
+        self._transaction = transaction
         self._disk_floor = disk_floor if disk_floor is not None and disk_floor.enabled else None
         self._paused = False
         self._group = group or service
@@ -216,6 +236,7 @@ class ServiceLoop:
         self._samplers = list(samplers)
         self._next_sample_s = 0.0
         self._group_committed: dict[TopicPartition, int] = {}  # read once per owned partition not committed here
+        self._floor: dict[TopicPartition, int] = {}  # the group's commit when this member was given each
         self._lag_reported: set[TopicPartition] = set()
         self._heartbeat = heartbeat
         self._consumer = consumer
@@ -276,11 +297,25 @@ class ServiceLoop:
     def _on_assign(self, partitions: list[TopicPartition]) -> None:
         logger.info("%s: assigned %s", self._service, _describe(partitions))
         self._handler.on_assign(partitions)
+        # A handler may read again what its group has finished (the deduper replays from its
+        # snapshot): committing that would move the group back, and a member that died in the
+        # middle would leave the next owner to redo what was already done.
+        for tp, offset in self._consumer.committed(partitions).items():
+            if offset is not None:
+                self._floor[tp] = offset
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         # The handler finishes what it holds of these partitions (and saves its state);
         # then their outputs are flushed and their offsets committed while still owned.
         logger.info("%s: revoked %s", self._service, _describe(partitions))
+        if self._transaction is not None:
+            # Everything sent so far is in one transaction: commit it (all partitions) while these
+            # are still owned, then the handler persists their state, covering only what committed.
+            self._flush()
+            self._commit(None, force=True)
+            self._handler.on_revoke(partitions)
+            self._forget(partitions)
+            return
         self._handler.on_revoke(partitions)
         self._flush()
         self._commit(set(partitions), force=True)
@@ -292,12 +327,21 @@ class ServiceLoop:
         logger.warning("%s: lost %s", self._service, _describe(partitions))
         self._handler.on_lost(partitions)
         self._forget(partitions)
+        if self._transaction is not None and self._transaction.in_transaction:
+            # Its commit would be refused (this member left the generation); what it holds came
+            # from partitions still owned too, whose state in the handler is now ahead of the commit.
+            self._transaction.abort_transaction()
+            raise BusUnavailable(
+                f"{self._service}: lost {_describe(partitions)} with a transaction open; it was aborted, "
+                "so the service is built again from its last commit"
+            )
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._consumed.pop(tp, None)
             self._committed.pop(tp, None)
             self._group_committed.pop(tp, None)
+            self._floor.pop(tp, None)
         self._drop_lag(partitions)
 
     def run(self) -> None:
@@ -457,6 +501,8 @@ class ServiceLoop:
         if not force and now_s - self._last_commit_s < self._commit_interval_s:
             return False
         self._last_commit_s = now_s
+        # Past what the bus skips (Kafka: the markers of a transactional producer's commits).
+        self._consumed.update(self._consumer.positions())
         unfinished = self._handler.unfinished()
         offsets: dict[TopicPartition, int] = {}
         for tp, consumed in self._consumed.items():
@@ -464,13 +510,29 @@ class ServiceLoop:
                 continue
             low = unfinished.get(tp)
             offset = consumed if low is None else min(consumed, low)
+            if offset < self._floor.get(tp, 0):
+                continue  # re-reading what the group had finished (``_on_assign``)
             if self._committed.get(tp) != offset:
                 offsets[tp] = offset
+        if self._transaction is not None:
+            return self._commit_transaction(offsets, self._transaction)
         if not offsets:
             return False
         self._handler.before_commit()
         self._consumer.commit(offsets)
         self._committed.update(offsets)
+        self._handler.after_commit(offsets)
+        return True
+
+    def _commit_transaction(self, offsets: dict[TopicPartition, int], transaction: TransactionalProducer) -> bool:
+        """Commit the open transaction with ``offsets``; a failure (BusUnavailable: aborted, or
+        the producer fenced) propagates, and the host builds the service again."""
+        if not offsets and not transaction.in_transaction:
+            return False
+        self._handler.before_commit()
+        transaction.commit_transaction(offsets, self._consumer)
+        self._committed.update(offsets)
+        self._handler.after_commit(offsets)
         return True
 
     def _process(self, message: Message) -> None:

@@ -113,6 +113,14 @@ class BusSettings:
         "supervisor to restart it, resuming from its last commit; 0 = wait forever",
         check=non_negative,
     )
+    transaction_timeout_s: float = setting(
+        30.0,
+        "Kafka: transaction.timeout.ms of the deduper's transactional producer (ADR 038): a transaction left "
+        "open by a member killed mid-batch holds back read_committed readers (the scheduler) of the "
+        "partitions it wrote to until it times out, or until its successor with the same transactional.id "
+        "starts; at most the brokers' transaction.max.timeout.ms (15 min by default)",
+        check=positive,
+    )
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,13 @@ class DedupeSettings:
         "seconds between Bloom snapshots (dedupe/<partition>.bloom); a restart replays at most "
         "this much of urls.discovered",
         check=positive,
+    )
+    transactional: bool = setting(
+        True,
+        "Kafka: forward URLs and commit their input in one transaction, so a crash, an outage or a rebalance "
+        "never forwards a URL twice (ADR 038; with Kafka ACLs the deduper's principal needs Write and Describe "
+        "on the TransactionalId prefix crawlstream.deduper.); false: at-least-once, a member that dies "
+        "forwards again what it forwarded after its last commit. The embedded bus has no transactions",
     )
 
 
