@@ -19,6 +19,10 @@ the ratios much less: compare those.
   holds after it.
 * ``get_warm``: p50/p99 of ``get`` (lookup + read + checks) over ``READS`` random URLs, each read
   once before (files in the page cache, index pages warm).
+* ``archived``: the 957 real pages put once and moved to the archive tier by a pass with ages
+  zero (``archive_level`` 19 to keep it short), then reopened: the index's bytes a page on disk
+  (sealed blocks since session 21; format 3's snapshot before ADR 036), and p50/p99 of ``entry``
+  (the lookup alone) and ``get`` over every URL in random order, warm (read once before).
 * ``heap_per_page``: tracemalloc's Python heap growth per page over 6,000 puts after 1,000
   (``tests/store/test_index_memory.py``'s measurement).
 """
@@ -88,14 +92,7 @@ def _child_synced(root: Path) -> dict[str, Any]:
 def _child_real(root: Path) -> dict[str, Any]:
     from crawlstream.store import ContentStore, StoreConfig
 
-    sys.path.insert(0, str(REPO))
-    from bench._harness import shared_data
-
-    base = shared_data() / "html"
-    with open(base / "manifest.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    pages = [(row["url"] or f"https://no-url.example.com/{i}", gzip.decompress((base / row["file"]).read_bytes()))
-             for i, row in enumerate(rows)]
+    pages = _real_pages()
     store = ContentStore(root, config=StoreConfig(fsync="never"))
     n = 0
     t, c = time.perf_counter(), time.process_time()
@@ -107,6 +104,50 @@ def _child_real(root: Path) -> dict[str, Any]:
     wall, cpu = time.perf_counter() - t, time.process_time() - c
     store.close()
     return {"puts_per_s": n / wall, "cpu_us_per_put": cpu / n * 1e6, "pages": n}
+
+
+def _real_pages() -> list[tuple[str, bytes]]:
+    sys.path.insert(0, str(REPO))
+    from bench._harness import shared_data
+
+    base = shared_data() / "html"
+    with open(base / "manifest.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [(row["url"] or f"https://no-url.example.com/{i}", gzip.decompress((base / row["file"]).read_bytes()))
+            for i, row in enumerate(rows)]
+
+
+def _quantiles(xs: list[float]) -> tuple[float, float]:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] * 1e3, xs[min(len(xs) - 1, int(0.99 * len(xs)))] * 1e3
+
+
+def _child_archived(root: Path) -> dict[str, Any]:
+    from crawlstream.store import ContentStore, StoreConfig
+
+    config = StoreConfig(fsync="never", archive_level=19)
+    pages = _real_pages()
+    with ContentStore(root, config=config) as store:
+        for url, body in pages:
+            store.put(url, body, content_type="text/html", fetched_at_ms=0)
+        t = time.perf_counter()
+        store.maintain(ages_zero=True)
+        maintain_s = time.perf_counter() - t
+    index_bytes = sum(p.stat().st_size for p in root.iterdir() if p.name.startswith(("index", "ops.log")))
+    out: dict[str, Any] = {"maintain_s": maintain_s, "index_bytes_per_page": index_bytes / len(pages)}
+    with ContentStore(root, config=config) as store:
+        urls = [e.url for e in store.search()]
+        random.Random(7).shuffle(urls)
+        for name, call in (("entry", store.entry), ("get", store.get)):
+            for url in urls:  # warm
+                call(url)
+            samples = []
+            for url in urls:
+                t = time.perf_counter()
+                call(url)
+                samples.append(time.perf_counter() - t)
+            out[f"{name}_p50_ms"], out[f"{name}_p99_ms"] = _quantiles(samples)
+    return out
 
 
 def _child_open(root: Path, pages: int) -> dict[str, Any]:
@@ -176,6 +217,8 @@ def _child(argv: list[str]) -> None:
         out = _child_synced(root)
     elif kind == "open":
         out = _child_open(root, int(argv[2]))
+    elif kind == "archived":
+        out = _child_archived(root)
     else:
         out = _child_heap(root)
     sys.stdout.write(json.dumps(out))
@@ -216,6 +259,9 @@ def measure(builds: dict[str, Path], pages: int, reps: int) -> dict[str, Any]:
                     _run_child(build, "open", f"{tmp}/{name}-store", str(pages))
                 )
                 runs[name].setdefault("heap", []).append(_run_child(build, "heap", f"{tmp}/{name}-heap-{rep}"))
+                runs[name].setdefault("archived", []).append(
+                    _run_child(build, "archived", f"{tmp}/{name}-archived-{rep}")
+                )
                 runs[name].setdefault("puts_real", []).append(_run_child(build, "real", f"{tmp}/{name}-real-{rep}"))
                 runs[name].setdefault("puts_synced", []).append(
                     _run_child(build, "synced", f"{tmp}/{name}-synced-{rep}")

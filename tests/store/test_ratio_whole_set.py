@@ -13,12 +13,6 @@ from crawlstream.store import ContentStore
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ADR 036: the url index on disk in SQLite costs ~410 B a page (rows and 7 indexes, uncompressed; "
-    "the format-3 snapshot was zstd-19 columns, ~40 B a page): 393 KB of 15.6 MB here, 7.906x vs the stream's "
-    "8.046x (8.084x with the snapshot). The goal needs an index under ~75 B a page on disk",
-)
 def test_a_default_pass_over_every_real_page_beats_one_zstd19_stream(
     tmp_path: Path, real_pages: list[tuple[str, bytes]]
 ) -> None:

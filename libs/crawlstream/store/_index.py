@@ -28,16 +28,18 @@ from crawlstream.store._codec import encode_log_record
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._files import AppendFile
 from crawlstream.store._index_db import (
+    ARCHIVE_TIER,
     COLUMNS,
     DAMAGED,
     INDEX_FILE,
-    IndexDamaged,
     IndexQueries,
     IndexSnapshot,
     connect,
+    entry_of,
     entry_row,
     tags_text,
 )
+from crawlstream.store._index_sealed import BLOCK_ENTRIES, body_slot, encode_block, key_slot, sealable
 from crawlstream.store._model import Entry, Location
 
 __all__ = ["COMMIT_EVERY", "UrlIndex"]
@@ -69,11 +71,8 @@ class UrlIndex(IndexQueries):
         self._ops_log: AppendFile | None = None
         self._ops_fsync_each = config.fsync_each
 
-    def _failed(self, exc: sqlite3.Error) -> Exception:
-        error = super()._failed(exc)
-        if isinstance(error, IndexDamaged):  # the next open sets it aside and re-indexes the segments
-            self.path.with_name(self.path.name + DAMAGED).touch()
-        return error
+    def _mark_damaged(self) -> None:
+        self.path.with_name(self.path.name + DAMAGED).touch()  # the next open sets it aside, re-indexes
 
     def open_ops_log(self) -> None:
         """Start appending to ops.log (after start-up has read it and truncated a torn tail)."""
@@ -103,6 +102,8 @@ class UrlIndex(IndexQueries):
     def insert(self, entry: Entry, replacing: Entry | None) -> None:
         """Add ``entry``; ``replacing``: the entry of the same URL it replaces (looked up by the caller)."""
         self._begin()
+        if replacing is not None:
+            self.unseal(replacing)
         row = entry_row(entry)
         if replacing is None:
             self._q(_INSERT, row)
@@ -125,6 +126,7 @@ class UrlIndex(IndexQueries):
     def relocate(self, entry: Entry, location: Location, record_segment: str, record_bytes: int) -> None:
         """``entry``'s body (and its own reference record) moved by maintenance; the body is found there now."""
         self._begin()
+        self.unseal(entry)
         loc = location
         self._q(
             _RELOCATE,
@@ -138,6 +140,7 @@ class UrlIndex(IndexQueries):
 
     def remove(self, entry: Entry) -> None:
         self._begin()
+        self.unseal(entry)
         if self._q("DELETE FROM entries WHERE url_key = ? AND url = ?", (entry.url_key, entry.url)).rowcount:
             if self._count is not None:
                 self._count -= 1
@@ -161,6 +164,7 @@ class UrlIndex(IndexQueries):
         if tags == entry.tags:
             return
         self._begin()
+        self.unseal(entry)
         self._q(
             "UPDATE entries SET tags = ? WHERE url_key = ? AND url = ?", (tags_text(tags), entry.url_key, entry.url)
         )
@@ -194,12 +198,87 @@ class UrlIndex(IndexQueries):
     def clear(self) -> None:
         """Empty the index (``rebuild-index`` fills it again from the segments and ops.log)."""
         self._begin()
-        for table in ("entries", "tags", "segment_ends"):
+        for table in ("entries", "tags", "segment_ends", "sealed_blocks", "sealed_keys", "sealed_bodies"):
             self._q(f"DELETE FROM {table}")
         self._q("DELETE FROM meta WHERE key = 'seq'")
         self._ends.clear()
         self.seq = 0
         self._count = 0
+
+    # ------------------------------------------------------------------ sealed blocks (``_index_sealed``)
+
+    def unseal(self, entry: Entry) -> None:
+        """If ``entry``'s URL is sealed, make it a row again (a block never changes); a block with no
+        live entry left goes, with the body keys that name it."""
+        found = self.sealed_lookup(entry.url_key, entry.url)
+        if found is None:
+            return
+        block, sealed = found
+        self._begin()
+        self._q(_INSERT, entry_row(sealed))
+        self._q("DELETE FROM sealed_keys WHERE slot = ?", (key_slot(entry.url_key),))
+        (live,) = self._q(
+            "UPDATE sealed_blocks SET live = live - 1 WHERE block = ? RETURNING live", (block,)
+        ).fetchone()
+        if live <= 0:
+            row = self._q("SELECT segment, data FROM sealed_blocks WHERE block = ?", (block,)).fetchone()
+            slots = {body_slot(e.content_hash) for e in self._block(block, row[0], row[1]).entries()}
+            self._many("DELETE FROM sealed_bodies WHERE slot = ? AND block = ?", ((h, block) for h in slots))
+            self._q("DELETE FROM sealed_blocks WHERE block = ?", (block,))
+        self._changed()
+
+    def seal(self, limit: int = BLOCK_ENTRIES) -> int:
+        """Fold up to ``limit`` archive-tier rows into sealed blocks, a segment's at a time; the number
+        sealed (0: nothing left to seal). Commits, and gives the freed pages back to the file system."""
+        segments = [
+            r[0]
+            for r in self._q(
+                f"SELECT DISTINCT segment FROM entries WHERE tier = '{ARCHIVE_TIER}' AND record_segment IS NULL "
+                "AND tags IS NULL"
+            ).fetchall()
+        ]
+        sealed = 0
+        for segment in segments:
+            if sealed >= limit:
+                break
+            rows = self._q(
+                f"SELECT rowid, {COLUMNS} FROM entries WHERE segment = ? AND record_segment IS NULL AND tags IS NULL "
+                "ORDER BY url",
+                (segment,),
+            ).fetchall()
+            chosen: list[tuple[int, Entry]] = []
+            slots: set[int] = set()
+            for r in rows:
+                e = entry_of(r[1:])
+                slot = key_slot(e.url_key)
+                if not sealable(e) or slot in slots:
+                    continue
+                if self._q("SELECT 1 FROM sealed_keys WHERE slot = ?", (slot,)).fetchone() is None:
+                    # (a slot another URL has: this one stays a row)
+                    slots.add(slot)
+                    chosen.append((r[0], e))
+            for start in range(0, len(chosen), BLOCK_ENTRIES):
+                sealed += self._seal_block(segment, chosen[start : start + BLOCK_ENTRIES])
+        if sealed:
+            self.commit()
+            try:  # a statement that frees one page a step: sqlite3_exec steps it to the end, execute() once
+                self._db.executescript("PRAGMA incremental_vacuum;")
+            except sqlite3.Error as exc:
+                self._raise(exc)
+        return sealed
+
+    def _seal_block(self, segment: str, chosen: list[tuple[int, Entry]]) -> int:
+        self._begin()
+        entries = [e for _, e in chosen]
+        block = self._q(
+            "INSERT INTO sealed_blocks (segment, entries, live, data) VALUES (?, ?, ?, ?) RETURNING block",
+            (segment, len(entries), len(entries), encode_block(entries)),
+        ).fetchone()[0]
+        self._many("INSERT INTO sealed_keys VALUES (?, ?)", ((key_slot(e.url_key), block) for e in entries))
+        bodies = ((body_slot(e.content_hash), block) for e in entries)
+        self._many("INSERT OR IGNORE INTO sealed_bodies VALUES (?, ?)", bodies)
+        self._many("DELETE FROM entries WHERE rowid = ?", ((rowid,) for rowid, _ in chosen))
+        return len(entries)
 
     # ------------------------------------------------------------------ transactions
 

@@ -10,6 +10,8 @@ SQLite, not Python) and what a query returns. Tables::
     tags(tag, url, url_key)                        the same tags, found by tag
     segment_ends(segment, indexed_end)             where each segment's indexed records end
     meta(key, value)                               "seq": the last sequence number committed
+    sealed_blocks, sealed_keys, sealed_bodies      archive-tier entries folded into zstd blocks
+                                                   (``_index_sealed``: ~110 B a page, not ~400)
 
 ``entries`` is a rowid table: rows are appended in put order, and each secondary index holds
 its column and the rowid only (a table keyed by the URL would copy the URL into every index).
@@ -18,6 +20,10 @@ stored body (dedupe); ``(segment, position)`` one segment's records (garbage col
 compaction, damaged regions); ``(tier, fetched_at_ms)`` the pages due for a deeper tier;
 ``domain`` and ``dict_id`` the pages a dictionary serves. ``tags`` is the entry's tags as a
 sorted JSON list (NULL: none).
+
+Every read sees both kinds of entry: a URL, a body or a segment probes the rows and then the
+blocks that can hold it; a query over every entry reads the rows and the sealed entries
+together (``_all``: the sealed ones materialized in a temp table once per sealed state).
 
 ``IndexQueries`` holds every read over one connection: the writer's (``_index.UrlIndex``,
 under the store lock) and a snapshot's (``IndexSnapshot``: a read transaction on its own
@@ -38,15 +44,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from crawlstream.errors import ChecksumMismatch, StorageUnavailable
+from crawlstream.store._index_sealed import SEALED_SCHEMA, Block, body_slot, decode_block, key_slot
 from crawlstream.store._maintenance import TIER_RANK
 from crawlstream.store._model import Entry, Location
+from crawlstream.store._segments import ARCHIVE_TIER
 from crawlstream.store._urls import path_of
 
 __all__ = ["DAMAGED", "INDEX_FILE", "IndexDamaged", "IndexQueries", "IndexSnapshot", "connect", "entry_row"]
 
 INDEX_FILE = "index.sqlite"
 DAMAGED = ".damaged"  # beside the database: a process found it damaged; the next open sets it aside
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sealed blocks (archive-tier entries folded into zstd blocks)
 _CHUNK = 256  # rows fetched at a time by a stream
 _DAY_MS = 86_400_000  # batch order: oldest day first (``_maintenance.batch_order``)
 # SQLite errors that say nothing about the file's content (the disk, a lock, memory): transient.
@@ -76,12 +84,13 @@ CREATE TABLE IF NOT EXISTS tags (
 CREATE TABLE IF NOT EXISTS segment_ends (segment TEXT PRIMARY KEY, indexed_end INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta VALUES ('schema', {SCHEMA_VERSION});
-"""
+{SEALED_SCHEMA}"""
 
 COLUMNS = (
     "url, url_key, domain, seq, segment, position, length, dict_id, tier, member, content_hash, raw_size, "
     "fetched_at_ms, content_type, title, status, record_segment, record_bytes, tags"
 )
+_MARKS = ", ".join("?" * len(COLUMNS.split(", ")))
 _SELECT = f"SELECT {COLUMNS} FROM entries"
 _LOCATION = "segment, position, length, dict_id, tier, member"  # a Location's fields
 _E_COLUMNS = ", ".join(f"e.{c}" for c in COLUMNS.split(", "))
@@ -117,6 +126,10 @@ def connect(path: Path, *, cache_bytes: int, read_only: bool = False) -> sqlite3
         db.execute(f"PRAGMA cache_size = -{max(64, cache_bytes // 1024)}")
         db.execute("PRAGMA mmap_size = 0")
         if not read_only:
+            # A new database only (both are fixed once a table exists): 1 KiB pages keep a shard's
+            # empty tables small (~1 KiB each, not 4), and pages that sealing frees are given back.
+            db.execute("PRAGMA page_size = 1024")
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA journal_size_limit = 16777216")  # the WAL shrinks back after a burst
             db.executescript(_SCHEMA)
@@ -231,6 +244,8 @@ class IndexQueries:
     def __init__(self, db: sqlite3.Connection, path: Path) -> None:
         self._db = db
         self.path = path
+        self._sealed_stamp: tuple[int, ...] | None = None  # the sealed state ``temp.sealed_rows`` holds
+        self._last_block: tuple[int, Block] | None = None
 
     def _q(self, sql: str, params: Iterable[Any] = ()) -> _Rows:
         try:
@@ -252,7 +267,14 @@ class IndexQueries:
 
     def _failed(self, exc: sqlite3.Error) -> Exception:
         """The error to raise for ``exc`` (the writer also marks a damaged database for the next open)."""
-        return translate(exc, self.path)
+        error = translate(exc, self.path)
+        if isinstance(error, IndexDamaged):
+            self._mark_damaged()
+        return error
+
+    def _mark_damaged(self) -> None:
+        """The writer marks the database for the next open (which sets it aside and re-indexes); a reader
+        has nothing to mark."""
 
     def _stream(self, sql: str, params: Iterable[Any] = ()) -> Iterator[Entry]:
         rows = self._q(sql, params)
@@ -262,11 +284,77 @@ class IndexQueries:
         finally:
             rows.close()
 
+    # ------------------------------------------------------------------ sealed blocks (``_index_sealed``)
+
+    def _block(self, block: int, segment: str, data: bytes) -> Block:
+        """Block ``block`` decoded (the last one is kept: a block's ids are never reused)."""
+        if self._last_block is not None and self._last_block[0] == block:
+            return self._last_block[1]
+        try:
+            decoded = decode_block(data, segment)
+        except ChecksumMismatch as exc:
+            self._mark_damaged()
+            raise IndexDamaged(
+                f"the url index {self.path}: block {block}: {exc}; run `crawlstream store rebuild-index`"
+            ) from exc
+        self._last_block = (block, decoded)
+        return decoded
+
+    def _live_block(self, block: int, segment: str, entries: int, live: int, data: bytes) -> list[Entry]:
+        """The entries of a block still sealed there (the others went back to rows, or were removed)."""
+        found = self._block(block, segment, data).entries()
+        if live == entries:
+            return found
+        return [
+            e for e in found
+            if (row := self._q("SELECT block FROM sealed_keys WHERE slot = ?", (key_slot(e.url_key),)).fetchone())
+            and row[0] == block
+        ]
+
+    def _sealed_blocks(self, where: str = "", params: Iterable[Any] = ()) -> Iterator[list[Entry]]:
+        """The live entries of each block (``where``: a condition on ``sealed_blocks``), a block at a time."""
+        ids = [r[0] for r in self._q(f"SELECT block FROM sealed_blocks {where} ORDER BY block", params).fetchall()]
+        for block in ids:
+            row = self._q("SELECT block, segment, entries, live, data FROM sealed_blocks WHERE block = ?", (block,))
+            if (r := row.fetchone()) is not None:
+                yield self._live_block(*r)
+
+    def sealed_lookup(self, url_key: int, url: str) -> tuple[int, Entry] | None:
+        """(block, entry) of a sealed URL."""
+        row = self._q(
+            "SELECT b.block, b.segment, b.data FROM sealed_keys AS k JOIN sealed_blocks AS b ON b.block = k.block "
+            "WHERE k.slot = ?",
+            (key_slot(url_key),),
+        ).fetchone()
+        if row is None:
+            return None
+        entry = self._block(*row).find(url)
+        return None if entry is None or entry.url_key != url_key else (row[0], entry)
+
+    def _all(self) -> str:
+        """What a query over every live entry reads: ``entries``, and while any block is sealed, the
+        sealed entries beside them (materialized once per state in a temp table, on disk past the cache)."""
+        stamp = tuple(
+            self._q("SELECT COUNT(*), COALESCE(SUM(live), 0), COALESCE(MAX(block), 0) FROM sealed_blocks").fetchone()
+        )
+        if stamp[0] == 0:
+            return "entries"
+        if stamp != self._sealed_stamp:
+            self._q(f"CREATE TEMP TABLE IF NOT EXISTS sealed_rows ({COLUMNS})")
+            self._q("DELETE FROM temp.sealed_rows")
+            for entries in self._sealed_blocks():
+                self._many(f"INSERT INTO temp.sealed_rows VALUES ({_MARKS})", map(entry_row, entries))
+            self._sealed_stamp = stamp
+        return f"(SELECT {COLUMNS} FROM main.entries UNION ALL SELECT {COLUMNS} FROM temp.sealed_rows)"
+
     # ------------------------------------------------------------------ one URL, one body
 
     def lookup(self, url_key: int, url: str) -> Entry | None:
         row = self._q(f"{_SELECT} WHERE url_key = ? AND url = ?", (url_key, url)).fetchone()
-        return None if row is None else entry_of(row)
+        if row is not None:
+            return entry_of(row)
+        sealed = self.sealed_lookup(url_key, url)
+        return None if sealed is None else sealed[1]
 
     def body_location(self, content_hash: bytes) -> Location | None:
         """Where the body with ``content_hash`` is stored, if a live URL has it (its deepest copy)."""
@@ -274,12 +362,30 @@ class IndexQueries:
             f"SELECT {_LOCATION} FROM entries WHERE content_hash = ?",
             (content_hash,),
         ).fetchall()
-        if not rows:
-            return None
-        return Location(*max(rows, key=lambda r: TIER_RANK.get(r[4], 0)))
+        best = max(rows, key=lambda r: TIER_RANK.get(r[4], 0)) if rows else None
+        if best is not None and best[4] == ARCHIVE_TIER:
+            return Location(*best)
+        row = self._q(
+            "SELECT b.block, b.segment, b.data FROM sealed_bodies AS h JOIN sealed_blocks AS b ON b.block = h.block "
+            "WHERE h.slot = ?",
+            (body_slot(content_hash),),
+        ).fetchone()
+        if row is not None:
+            block = self._block(*row)
+            for i in block.with_body(content_hash):
+                e = block.entry(i)
+                sealed = self.sealed_lookup(e.url_key, e.url)
+                if sealed is not None and sealed[0] == row[0]:  # still sealed there, not changed since
+                    return e.location
+        return None if best is None else Location(*best)
 
     def count(self) -> int:
-        return int(self._q("SELECT COUNT(*) FROM entries").fetchone()[0])
+        rows = int(self._q("SELECT COUNT(*) FROM entries").fetchone()[0])
+        return rows + int(self._q("SELECT COALESCE(SUM(live), 0) FROM sealed_blocks").fetchone()[0])
+
+    def sealed_count(self) -> int:
+        """Live entries in sealed blocks (the others are rows)."""
+        return int(self._q("SELECT COALESCE(SUM(live), 0) FROM sealed_blocks").fetchone()[0])
 
     def committed_seq(self) -> int:
         row = self._q("SELECT value FROM meta WHERE key = 'seq'").fetchone()
@@ -292,15 +398,15 @@ class IndexQueries:
 
     def search(self, domain: str | None, tag: str | None) -> Iterator[Entry]:
         """Entries of ``domain`` (else with ``tag``, else all), sorted by URL (SQLite sorts, on disk when large)."""
-        if domain is not None:
-            return self._stream(f"{_SELECT} WHERE domain = ? ORDER BY url", (domain,))
-        if tag is not None:
+        if tag is not None and domain is None:  # a tagged entry is never sealed
             return self._stream(
                 f"SELECT {_E_COLUMNS} FROM tags AS t JOIN entries AS e ON e.url_key = t.url_key AND e.url = t.url "
                 "WHERE t.tag = ? ORDER BY t.url",
                 (tag,),
             )
-        return self._stream(f"{_SELECT} ORDER BY url")
+        if domain is not None:
+            return self._stream(f"SELECT {COLUMNS} FROM {self._all()} WHERE domain = ? ORDER BY url", (domain,))
+        return self._stream(f"SELECT {COLUMNS} FROM {self._all()} ORDER BY url")
 
     # ------------------------------------------------------------------ segments and regions
 
@@ -309,16 +415,17 @@ class IndexQueries:
         return (
             self._q("SELECT 1 FROM entries WHERE segment = ? LIMIT 1", (segment,)).fetchone() is not None
             or self._q("SELECT 1 FROM entries WHERE record_segment = ? LIMIT 1", (segment,)).fetchone() is not None
+            or self._q("SELECT 1 FROM sealed_blocks WHERE segment = ? LIMIT 1", (segment,)).fetchone() is not None
         )
 
     def referenced_segments(self) -> set[str]:
         """Every segment a live entry points into (one index probe per segment, not a scan of the entries)."""
         found: set[str] = set()
-        for column in ("segment", "record_segment"):
+        for table, column in (("entries", "segment"), ("entries", "record_segment"), ("sealed_blocks", "segment")):
             last = ""
             while True:
                 row = self._q(
-                    f"SELECT {column} FROM entries WHERE {column} > ? ORDER BY {column} LIMIT 1", (last,)
+                    f"SELECT {column} FROM {table} WHERE {column} > ? ORDER BY {column} LIMIT 1", (last,)
                 ).fetchone()
                 if row is None:
                     break
@@ -331,22 +438,29 @@ class IndexQueries:
         rows = self._q(
             f"{_SELECT} WHERE segment = ? UNION {_SELECT} WHERE record_segment = ?", (segment, segment)
         ).fetchall()
-        return [entry_of(r) for r in rows]
+        out = [entry_of(r) for r in rows]
+        for entries in self._sealed_blocks("WHERE segment = ?", (segment,)):
+            out.extend(entries)
+        return out
 
     def entries_in(self, segment: str, start: int, end: int) -> list[Entry]:
         """Entries whose body record starts in ``[start, end)`` of ``segment`` (a damaged region)."""
         rows = self._q(
             f"{_SELECT} WHERE segment = ? AND position >= ? AND position < ?", (segment, start, end)
         ).fetchall()
-        return [entry_of(r) for r in rows]
+        out = [entry_of(r) for r in rows]
+        for entries in self._sealed_blocks("WHERE segment = ?", (segment,)):
+            out.extend(e for e in entries if start <= e.location.offset < end)
+        return out
 
     def dict_in_use(self, dict_id: int) -> bool:
-        return self._q("SELECT 1 FROM entries WHERE dict_id = ? LIMIT 1", (dict_id,)).fetchone() is not None
+        src = self._all()
+        return self._q(f"SELECT 1 FROM {src} WHERE dict_id = ? LIMIT 1", (dict_id,)).fetchone() is not None
 
     def record_locations(self) -> Iterator[Location]:
         """The location of every live body, ordered by segment and position (a record shared by several
         URLs comes once per URL): what ``_maintenance.segment_live_bytes`` folds, in constant memory."""
-        rows = self._q(f"SELECT {_LOCATION} FROM entries ORDER BY segment, position")
+        rows = self._q(f"SELECT {_LOCATION} FROM {self._all()} ORDER BY segment, position")
         try:
             while chunk := rows.fetchmany(_CHUNK * 4):
                 for r in chunk:
@@ -355,7 +469,8 @@ class IndexQueries:
             rows.close()
 
     def reference_bytes(self, estimate: int) -> dict[str, int]:
-        """Bytes of the URLs' own reference records per segment (``estimate`` where the length is unknown)."""
+        """Bytes of the URLs' own reference records per segment (``estimate`` where the length is unknown).
+        An entry with a reference record is never sealed."""
         return dict(
             self._q(
                 "SELECT record_segment, SUM(CASE WHEN record_bytes > 0 THEN record_bytes ELSE ? END) FROM entries "
@@ -368,7 +483,7 @@ class IndexQueries:
 
     def domain_counts(self) -> dict[str, int]:
         """Live URLs per domain (domains with none left out)."""
-        return dict(self._q("SELECT domain, COUNT(*) FROM entries GROUP BY domain").fetchall())
+        return dict(self._q(f"SELECT domain, COUNT(*) FROM {self._all()} GROUP BY domain").fetchall())
 
     def _pool(self, domain: str | None, own: Collection[str]) -> tuple[str, list[Any]]:
         """The WHERE clause of a dictionary's pool: ``domain``'s pages, or (None) every domain not in ``own``."""
@@ -384,7 +499,7 @@ class IndexQueries:
         where, params = self._pool(domain, own)
         row = self._q(
             "SELECT COUNT(*), COALESCE(SUM(raw), 0) FROM "
-            f"(SELECT MAX(raw_size) AS raw FROM entries WHERE {where} AND seq >= ? GROUP BY content_hash)",
+            f"(SELECT MAX(raw_size) AS raw FROM {self._all()} WHERE {where} AND seq >= ? GROUP BY content_hash)",
             [*params, since_seq],
         ).fetchone()
         return int(row[0]), int(row[1])
@@ -401,19 +516,25 @@ class IndexQueries:
         direction = "DESC" if newest_first else "ASC"
         # SQLite takes a MIN() query's other columns from the row that has the minimum
         return self._stream(
-            f"SELECT {COLUMNS} FROM (SELECT MIN({key}) AS first, {COLUMNS} FROM entries WHERE {where} AND seq >= ? "
-            f"GROUP BY content_hash) ORDER BY first {direction}",
+            f"SELECT {COLUMNS} FROM (SELECT MIN({key}) AS first, {COLUMNS} FROM {self._all()} "
+            f"WHERE {where} AND seq >= ? GROUP BY content_hash) ORDER BY first {direction}",
             [*params, since_seq],
         )
 
     # ------------------------------------------------------------------ maintenance plans
+
+    def _due_source(self, cutoffs: Mapping[str, int]) -> str:
+        """Rows only, unless the archive tier itself is asked for (no rule moves pages out of it)."""
+        return self._all() if ARCHIVE_TIER in cutoffs else "entries"
 
     def tier_candidates(self, cutoffs: Mapping[str, int]) -> Iterator[Entry]:
         """Entries of each tier in ``cutoffs`` fetched at or before its cutoff, in batch order (oldest
         day, then domain and URL: ``_maintenance.batch_order``)."""
         if not cutoffs:
             return iter(())
-        parts = " UNION ALL ".join(f"{_SELECT} WHERE tier = ? AND fetched_at_ms <= ?" for _ in cutoffs)
+        src = self._due_source(cutoffs)
+        one = f"SELECT {COLUMNS} FROM {src} WHERE tier = ? AND fetched_at_ms <= ?"
+        parts = " UNION ALL ".join(one for _ in cutoffs)
         params = [p for tier, cutoff in cutoffs.items() for p in (tier, cutoff)]
         return self._stream(f"SELECT * FROM ({parts}) ORDER BY fetched_at_ms / {_DAY_MS}, domain, url", params)
 
@@ -421,7 +542,8 @@ class IndexQueries:
         """Entries outside the hot tier compressed with one of ``dict_ids``, in batch order."""
         marks = ",".join("?" * len(dict_ids))
         return self._stream(
-            f"{_SELECT} WHERE dict_id IN ({marks}) AND tier != 'hot' ORDER BY fetched_at_ms / {_DAY_MS}, domain, url",
+            f"SELECT {COLUMNS} FROM {self._all()} WHERE dict_id IN ({marks}) AND tier != 'hot' "
+            f"ORDER BY fetched_at_ms / {_DAY_MS}, domain, url",
             list(dict_ids),
         )
 
@@ -432,8 +554,8 @@ class IndexQueries:
         parts = " OR ".join("(tier = ? AND fetched_at_ms <= ?)" for _ in cutoffs)
         params = [p for tier, cutoff in cutoffs.items() for p in (tier, cutoff)]
         row = self._q(
-            f"SELECT COALESCE(SUM(raw), 0) FROM (SELECT MAX(raw_size) AS raw FROM entries WHERE {parts} "
-            "GROUP BY content_hash)",
+            f"SELECT COALESCE(SUM(raw), 0) FROM (SELECT MAX(raw_size) AS raw FROM {self._due_source(cutoffs)} "
+            f"WHERE {parts} GROUP BY content_hash)",
             params,
         ).fetchone()
         return int(row[0])
@@ -441,7 +563,7 @@ class IndexQueries:
     def redict_body_bytes(self, dict_ids: Collection[int]) -> int:
         marks = ",".join("?" * len(dict_ids))
         row = self._q(
-            "SELECT COALESCE(SUM(raw), 0) FROM (SELECT MAX(raw_size) AS raw FROM entries "
+            f"SELECT COALESCE(SUM(raw), 0) FROM (SELECT MAX(raw_size) AS raw FROM {self._all()} "
             f"WHERE dict_id IN ({marks}) AND tier != 'hot' GROUP BY content_hash)",
             list(dict_ids),
         ).fetchone()
@@ -449,7 +571,8 @@ class IndexQueries:
 
     def segment_raw_bytes(self, segment: str) -> int:
         row = self._q("SELECT COALESCE(SUM(raw_size), 0) FROM entries WHERE segment = ?", (segment,)).fetchone()
-        return int(row[0])
+        sealed = sum(e.raw_size for entries in self._sealed_blocks("WHERE segment = ?", (segment,)) for e in entries)
+        return int(row[0]) + sealed
 
     # ------------------------------------------------------------------ stats
 
@@ -457,16 +580,16 @@ class IndexQueries:
         """tier -> (URLs, their raw bytes, distinct records)."""
         rows = self._q(
             "SELECT tier, COUNT(*), COALESCE(SUM(raw_size), 0), COUNT(DISTINCT segment || ':' || position) "
-            "FROM entries GROUP BY tier"
+            f"FROM {self._all()} GROUP BY tier"
         ).fetchall()
         return {tier: (int(n), int(raw), int(records)) for tier, n, raw, records in rows}
 
     def distinct_bodies(self) -> int:
-        return int(self._q("SELECT COUNT(DISTINCT content_hash) FROM entries").fetchone()[0])
+        return int(self._q(f"SELECT COUNT(DISTINCT content_hash) FROM {self._all()}").fetchone()[0])
 
     def dict_uses(self) -> dict[int, int]:
         """Live URLs per dictionary id."""
-        return dict(self._q("SELECT dict_id, COUNT(*) FROM entries GROUP BY dict_id").fetchall())
+        return dict(self._q(f"SELECT dict_id, COUNT(*) FROM {self._all()} GROUP BY dict_id").fetchall())
 
 
 class IndexSnapshot(IndexQueries):

@@ -131,6 +131,8 @@ class Tiering:
             )
             if report.cancelled or not progressed:
                 break  # nothing could be moved (changed meanwhile, or unreadable): the next step would repeat it
+        while (cancel is None or not cancel.is_set()) and self.seal():
+            pass
         return total
 
     def step(
@@ -152,7 +154,14 @@ class Tiering:
             report = self.compact_step(cancel)
         if report is None:
             report = self.drop_step()
+        self.seal()
         return report
+
+    def seal(self) -> int:
+        """Fold a bounded share of the archive tier's index rows into sealed blocks (``_index_sealed``):
+        the number folded, 0 when none is left."""
+        with self._maint_lock, self._lock:  # not in the middle of a batch's swap
+            return self._index.seal()
 
     def backlog(self, now_ms: int | None, *, ages_zero: bool) -> dict[str, int]:
         """Raw bytes due for a deeper tier, and live bytes of segments due for compaction (an estimate)."""
