@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from crawlstream.errors import BadDataError
 from crawlstream.store import ContentStore, StoreConfig, UnsupportedFormat
 from crawlstream.store._index_legacy import entry_record, write_legacy_index
 from crawlstream.store._urls import describe_url
@@ -211,3 +212,14 @@ def test_a_snapshot_layout_with_an_unreadable_snapshot_is_migrated_from_the_segm
         assert store.recovered_records == 39  # as format 3 rebuilt it: every record from its frame
     _assert_migrated(tmp_path)
     _assert_all_readable(tmp_path, pages)
+
+
+def test_filters_and_tags_that_are_not_text_are_refused_or_match_nothing(tmp_path: Path) -> None:
+    """A lone surrogate (a file name decoded with surrogateescape) cannot be a TEXT value in SQLite."""
+    with ContentStore(tmp_path) as store:
+        store.put("https://example.com/a", PAGE, content_type="text/html")
+        assert list(store.search(domain="\udcff.com")) == []
+        assert list(store.search(tag="\udcff")) == []
+        with pytest.raises(BadDataError, match="not valid text"):
+            store.tag("https://example.com/a", "ok", "\udcff")
+        assert store.entry("https://example.com/a").tags == set()  # type: ignore[union-attr]

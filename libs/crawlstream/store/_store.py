@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawlstream.durable import try_lock_exclusive
-from crawlstream.errors import StorageUnavailable, StoreLocked
+from crawlstream.errors import BadDataError, StorageUnavailable, StoreLocked
 from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
@@ -294,6 +294,12 @@ class ContentStore:
         self._tag_url(url, tags, "untag")
 
     def _tag_url(self, url: str, tags: Iterable[str], op: str) -> None:
+        tags = list(tags)
+        for tag in tags:
+            try:
+                tag.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BadDataError(f"tag {tag!r} is not valid text (a lone surrogate): {exc}") from exc
         parts = self._parts(url)
         with self._lock:
             entry = self._index.lookup(parts.url_key, parts.url)
