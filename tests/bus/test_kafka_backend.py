@@ -102,9 +102,11 @@ def test_a_consumer_behind_its_input_prefetches_a_bounded_amount_and_still_reads
     import subprocess
     import sys
 
-    from crawlstream.bus._kafka import PREFETCH_KBYTES
+    from crawlstream.bus._kafka import PREFETCH_BACKOFF_MS, PREFETCH_KBYTES
 
-    assert bus.consumer_config("g")["queued.max.messages.kbytes"] == PREFETCH_KBYTES == 8192
+    config = bus.consumer_config("g")
+    assert config["queued.max.messages.kbytes"] == PREFETCH_KBYTES == 8192
+    assert config["fetch.queue.backoff.ms"] == PREFETCH_BACKOFF_MS == 10  # 1 s drains a backlog 20x slower
     topic = "kafka.prefetch"
     bus.create_topics([topic], PARTITIONS)
     sizes = [768 * 1024] * 60 + [12 << 20]  # ~45 MiB, then one message past the bound
