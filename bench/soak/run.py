@@ -332,7 +332,9 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
     web = DemoWeb(cfg.domains, pages_per_domain=cfg.pages_per_domain, seed=cfg.seed, crawl_delay_s=1.0,
                   slow_s=8.0, huge_bytes=1 << 20, bomb_bytes=8 << 20, sitemap_bomb_bytes=4 << 20)
     api_port = free_port()
-    with deploy(cfg.root, web, crawl_vars(cfg, api_port, floor_mb), brokers=3) as where:
+    # The brokers' heaps resident from launch: a JVM's RSS climbs while its heap fills towards
+    # -Xmx, which the flatness rule would read as growth (ADR 034, "Session 21").
+    with deploy(cfg.root, web, crawl_vars(cfg, api_port, floor_mb), brokers=3, resident_heap=True) as where:
         soak = Soak(cfg, where)
         soak.floor_mb = floor_mb
         bus = KafkaBus.from_settings(where.settings)

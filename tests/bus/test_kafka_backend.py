@@ -89,6 +89,55 @@ def test_consumer_commits_manually_and_uses_cooperative_sticky_assignment(bus: K
     assert config["partition.assignment.strategy"] == "cooperative-sticky"
 
 
+def test_a_consumer_behind_its_input_prefetches_a_bounded_amount_and_still_reads_a_larger_message(
+    bus: KafkaBus,
+) -> None:
+    """librdkafka fetches ahead of ``poll`` on its own threads, by default up to 64 MiB; a
+    member behind on its input (after an outage) filled that and kept the memory, which the
+    soak read as RSS growth (ADR 034, "Session 21"). The bound is KafkaBus's, and a message
+    larger than it still arrives. Each consumer is a process of its own, so its RSS is its own;
+    the same consumer at librdkafka's default shows what the measure would see unbounded."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from crawlstream.bus._kafka import PREFETCH_BACKOFF_MS, PREFETCH_KBYTES
+
+    config = bus.consumer_config("g")
+    assert config["queued.max.messages.kbytes"] == PREFETCH_KBYTES == 8192
+    assert config["fetch.queue.backoff.ms"] == PREFETCH_BACKOFF_MS == 10  # 1 s drains a backlog 20x slower
+    topic = "kafka.prefetch"
+    bus.create_topics([topic], PARTITIONS)
+    sizes = [768 * 1024] * 60 + [12 << 20]  # ~45 MiB, then one message past the bound
+    producer = bus.producer()
+    try:
+        for i, size in enumerate(sizes):
+            producer.produce(topic, os.urandom(size), partition=i % PARTITIONS)  # incompressible
+            producer.flush(30)
+    finally:
+        producer.close()
+    worker = Path(__file__).with_name("_prefetch_worker.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def lagging_consumer(group: str, *extra: str) -> dict[str, Any]:
+        run = subprocess.run(
+            [sys.executable, str(worker), bus.bootstrap_servers, topic, group, str(len(sizes)), *extra],
+            capture_output=True, text=True, timeout=180, env=env, check=False,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        result: dict[str, Any] = json.loads(run.stdout.splitlines()[-1])
+        return result
+
+    bounded = lagging_consumer("prefetch-bounded")
+    unbounded = lagging_consumer("prefetch-default", "consumer.queued.max.messages.kbytes=65536")
+    assert sorted(bounded["sizes"]) == sorted(unbounded["sizes"]) == sorted(sizes)
+    print("prefetched while lagging: bounded", bounded["prefetched_bytes"], "default", unbounded["prefetched_bytes"])
+    # ~57 MiB to read: ~63 MiB of growth at the default, ~18 MiB (8 MiB ahead, the client's own) bounded
+    assert unbounded["prefetched_bytes"] > 48 << 20
+    assert bounded["prefetched_bytes"] < 32 << 20
+
+
 def test_extra_config_overrides_the_defaults(cluster: LocalKafka) -> None:
     tuned = KafkaBus(
         cluster.bootstrap_servers, extra_config={"compression.type": "lz4", "session.timeout.ms": "6000"}

@@ -141,3 +141,32 @@ def test_a_restart_waits_out_another_broker_killed_while_it_waits() -> None:
         restarting.result(timeout=kafka.start_timeout_s)
         assert kafka.pid_of(3) is not None and kafka.pid_of(2) is None
         kafka.restart(2)
+
+
+def _jvm(pid: int) -> tuple[list[str], int]:
+    """A JVM's command line and its RSS in bytes, as /proc shows them."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if line.startswith("VmRSS:"))
+    return argv, rss_kb * 1024
+
+
+def _heap_flags(argv: list[str]) -> tuple[str, str, bool]:
+    """The -Xms and -Xmx in force (HotSpot takes the last of each) and whether the heap is pre-touched."""
+    return ([a for a in argv if a.startswith("-Xms")][-1], [a for a in argv if a.startswith("-Xmx")][-1],
+            "-XX:+AlwaysPreTouch" in argv)
+
+
+def test_a_resident_heap_broker_holds_its_whole_heap_from_launch(kafka_cluster: LocalKafka) -> None:
+    """The soak's brokers (ADR 034, "Session 21"): -Xms = -Xmx and pre-touched, so the JVM's RSS
+    is past its heap at launch and a memory curve shows only what is not heap. The test clusters
+    keep the small initial heap (RSS ~300 MB a broker, not ~670)."""
+    with LocalKafka(brokers=1, resident_heap=True) as kafka:
+        pid = kafka.pid_of(1)
+        assert pid is not None
+        argv, rss = _jvm(pid)
+        assert _heap_flags(argv) == ("-Xms512m", "-Xmx512m", True)
+        assert rss > 512 << 20, f"RSS {rss >> 20} MiB: the 512 MiB heap is not resident"
+    default_pid = kafka_cluster.pid_of(kafka_cluster.node_ids[0])
+    assert default_pid is not None
+    assert _heap_flags(_jvm(default_pid)[0]) == ("-Xms128m", "-Xmx512m", False)

@@ -42,6 +42,15 @@ logger = logging.getLogger(__name__)
 _librdkafka_logger = logging.getLogger("crawlstream.bus.librdkafka")
 
 _QUEUE_FULL_TIMEOUT_S = 60.0
+# What a consumer may prefetch ahead of its poll (librdkafka's queued.max.messages.kbytes; its
+# default is 64 MiB, overshot by up to a partition's fetch). A member behind on its input (after
+# an outage, a stop) filled that much and kept the freed memory: +40-70 MB of RSS in session
+# 19's soak, stepping up with each fault. With the queue that small librdkafka's pause before
+# fetching again into a full queue (fetch.queue.backoff.ms, 1 s by default) becomes the limit:
+# 10 ms drains a backlog of 20 KiB messages as fast as the 64 MiB queue does, where 1 s drains
+# it at a twentieth of that (ADR 034, "Session 21").
+PREFETCH_KBYTES = 8192
+PREFETCH_BACKOFF_MS = 10
 
 
 class _ClosedProducer:
@@ -251,8 +260,11 @@ class KafkaBus(Bus):
             # librdkafka's default, said here: a transaction's messages (the deduper's forwards)
             # are read once it commits, never if it aborts (ADR 038).
             "isolation.level": "read_committed",
-            # One message may be as large as a topic accepts.
+            # One message may be as large as a topic accepts (it may exceed the prefetch bound,
+            # which librdkafka overshoots for it).
             "fetch.message.max.bytes": max(1_048_576, self.policy.max_message_bytes),
+            "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            "fetch.queue.backoff.ms": PREFETCH_BACKOFF_MS,
             **self._extra,
             **self._extra_consumer,
         }

@@ -317,12 +317,16 @@ def deploy(
     *,
     brokers: int = 1,
     partitions: int = PARTITIONS,
+    resident_heap: bool = False,
 ) -> Iterator[Deployment]:
     """Kafka, Redis and the web started under ``root``; ``crawl_vars`` (``CRAWLSTREAM_*``) plus
     the addresses of the three make every process's environment, and nothing inherited may
-    point elsewhere."""
+    point elsewhere. ``resident_heap``: the brokers' heaps committed at launch
+    (``LocalKafka.resident_heap``), as a run that judges memory curves wants."""
     with (
-        LocalKafka(brokers=brokers, partitions=partitions, data_dir=root / "kafka") as kafka,
+        LocalKafka(
+            brokers=brokers, partitions=partitions, data_dir=root / "kafka", resident_heap=resident_heap
+        ) as kafka,
         LocalRedis(root / "redis") as redis_server,
         web,
     ):

@@ -49,14 +49,19 @@ _MAIN_CLASS: Final = "kafka.Kafka"
 _STORAGE_TOOL: Final = "kafka.tools.StorageTool"
 # Sized for a laptop and for CI (2 cores, three brokers beside the crawl): the heap a test
 # broker needs is small; G1 with a short pause target keeps produce latency even.
+_HEAP: Final = "512m"
 _JVM_OPTIONS: Final = (
     "-Xms128m",
-    "-Xmx512m",
+    f"-Xmx{_HEAP}",
     "-XX:+UseG1GC",
     "-XX:MaxGCPauseMillis=20",
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
 )
+# ``resident_heap``: the whole heap committed and touched at launch, so the broker's RSS is at
+# its heap's bound from the start and what grows after is only what is not heap (ADR 034,
+# "Session 21"). The last -Xms on a command line wins.
+_RESIDENT_HEAP_OPTIONS: Final = (f"-Xms{_HEAP}", "-XX:+AlwaysPreTouch")
 
 _LOG4J2: Final = """\
 status = warn
@@ -131,6 +136,10 @@ class LocalKafka:
     ``data_dir`` keeps the cluster (logs, metadata, ports) across runs; without it a temp dir
     is used and removed on ``stop()``. ``partitions`` is the brokers' ``num.partitions``.
     ``broker_config`` overrides or adds ``server.properties`` keys for every node.
+    ``resident_heap``: start each JVM with its whole heap committed and touched (-Xms = -Xmx,
+    ``AlwaysPreTouch``): RSS ~670 MB a broker from launch instead of ~300 MB that climbs
+    towards ~730 MB as the heap fills, so a soak's memory curve shows what is not heap; off
+    for the tests, whose clusters are many and short.
     """
 
     brokers: int = 1
@@ -141,6 +150,7 @@ class LocalKafka:
     start_timeout_s: float = 180.0  # a 3-broker KRaft start on a busy 2-core machine outlasted 90 s (sessions 14-15)
     stop_timeout_s: float = 30.0
     log_level: str = "INFO"
+    resident_heap: bool = False
     _nodes: list[_Node] = field(default_factory=list, init=False)
     _temp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
     _classpath: str = field(default="", init=False)
@@ -397,6 +407,10 @@ class LocalKafka:
                 f"(exit {result.returncode}): {result.stderr.decode(errors='replace')[-2000:]}"
             )
 
+    def jvm_options(self) -> tuple[str, ...]:
+        """The options every broker JVM of this cluster is started with (before its own paths)."""
+        return _JVM_OPTIONS + (_RESIDENT_HEAP_OPTIONS if self.resident_heap else ())
+
     def _launch(self, node: _Node) -> None:
         for port in (node.port, node.controller_port):
             if not _port_is_free(port):
@@ -408,7 +422,7 @@ class LocalKafka:
         node.process = subprocess.Popen(
             [
                 _java(),
-                *_JVM_OPTIONS,
+                *self.jvm_options(),
                 # a broker once ran out of its heap a minute after start (session 15): keep the evidence
                 "-XX:+HeapDumpOnOutOfMemoryError",
                 f"-XX:HeapDumpPath={node.directory / 'heap.hprof'}",
