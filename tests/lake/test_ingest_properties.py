@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawlstream.errors import BadDataError, CrawlstreamError
-from crawlstream.ingest import IngestStats, ingest_files, iter_batches
+from crawlstream.ingest import IngestStats, check_input, ingest_files, iter_batches
 from crawlstream.lake import LakeWriter
 from crawlstream.settings import LakeSettings
 
@@ -161,3 +162,15 @@ def test_a_parquet_file_is_refused_or_every_row_the_footer_lists_is_counted(
         assert stats.invalid["missing"] == urls.count(None)
     elif stats is not None:
         assert stats.rows == len(urls)
+
+
+def test_a_parquet_footer_whose_column_name_is_not_utf8_is_refused_as_damaged(tmp_path: Path) -> None:
+    """Found by the property above in session 21's `make test`: a flipped byte in a column's name in the
+    footer made pyarrow raise UnicodeDecodeError, which escaped as a crash instead of a refusal."""
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"url": ["https://example.com/a"], "t": [1]}), path)
+    data = path.read_bytes()
+    at = data.index(b"url", len(data) - 8 - int.from_bytes(data[-8:-4], "little"))  # the footer's column path
+    path.write_bytes(data[:at + 1] + b"\xf2" + data[at + 2:])
+    with pytest.raises(BadDataError, match=r"not a readable Parquet file|footer does not decode"):
+        check_input(path)

@@ -31,8 +31,8 @@ def _sample(real_pages: list[tuple[str, bytes]], n: int, seed: int = 1) -> list[
     "cannot reach back as far as one 21 MB stream; levers tried (ADR 018/021): training on every sample "
     "(7.794x -> 7.829x), dictionary files at level 22 (+0.01%), smaller dictionaries (/12 7.808x, /16 7.780x), "
     "groups of 384 KiB 7.679x / 2 MiB 7.839x, bzip2 archive groups where smaller (ADR 026: 7.824x -> 7.832x). "
-    "On all 957 pages the goal is met (test_ratio_whole_set.py, slow): 8.054x vs 8.046x with ADR 036's "
-    "index of sealed blocks (~111 B a page); figures above measured with format 3's snapshot",
+    "On all 957 pages the goal is met (test_ratio_whole_set.py, slow): 8.059x vs 8.046x with ADR 036's "
+    "index of sealed blocks (~100 B a page); figures above measured with format 3's snapshot",
 )
 def test_a_pass_with_ages_zero_reads_back_every_page_and_beats_one_zstd19_stream(
     tmp_path: Path, real_pages: list[tuple[str, bytes]]

@@ -463,7 +463,7 @@ def _open_parquet(path: Path, url_field: str) -> pq.ParquetFile:
                            f"(Parquet compresses its pages itself); decompress it first")
     try:
         pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a flipped byte in a column's name
         raise BadDataError(f"{path}: not a readable Parquet file ({exc}); if it is Parquet, {_REPAIR} "
                            f"(the footer, at the end of the file, is missing or damaged)") from exc
     try:
@@ -479,7 +479,7 @@ def _check_parquet(path: Path, pf: pq.ParquetFile, url_field: str) -> None:
         schema = pf.schema_arrow
         md = pf.metadata
         group_rows = sum(md.row_group(g).num_rows for g in range(md.num_row_groups))
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadDataError(f"{path}: the Parquet footer does not decode ({exc}); {_REPAIR}") from exc
     if group_rows != md.num_rows:
         raise BadDataError(f"{path}: the Parquet footer contradicts itself (its row groups hold {group_rows} "
