@@ -258,6 +258,8 @@ class UrlIndex(IndexQueries):
                     slots.add(slot)
                     chosen.append((r[0], e))
             for start in range(0, len(chosen), BLOCK_ENTRIES):
+                if sealed >= limit:  # a step holds the store lock for one block's encoding, not a segment's
+                    break
                 sealed += self._seal_block(segment, chosen[start : start + BLOCK_ENTRIES])
         if sealed:
             self.commit()
