@@ -50,7 +50,7 @@ from crawlstream.store._model import Entry, Location
 from crawlstream.store._segments import ARCHIVE_TIER
 from crawlstream.store._urls import path_of
 
-__all__ = ["DAMAGED", "INDEX_FILE", "IndexDamaged", "IndexQueries", "IndexSnapshot", "connect", "entry_row"]
+__all__ = ["DAMAGED", "INDEX_FILE", "IndexDamaged", "IndexQueries", "IndexSnapshot", "connect", "entry_row", "is_text"]
 
 INDEX_FILE = "index.sqlite"
 DAMAGED = ".damaged"  # beside the database: a process found it damaged; the next open sets it aside
@@ -205,7 +205,7 @@ def entry_row(e: Entry) -> tuple[Any, ...]:
     )
 
 
-def _is_text(value: str | None) -> bool:
+def is_text(value: str | None) -> bool:
     """Whether ``value`` can be a TEXT value (UTF-8: no lone surrogates); None can."""
     if value is None:
         return True
@@ -393,8 +393,7 @@ class IndexQueries:
         return None if best is None else Location(*best)
 
     def count(self) -> int:
-        rows = int(self._q("SELECT COUNT(*) FROM entries").fetchone()[0])
-        return rows + int(self._q("SELECT COALESCE(SUM(live), 0) FROM sealed_blocks").fetchone()[0])
+        return int(self._q("SELECT COUNT(*) FROM entries").fetchone()[0]) + self.sealed_count()
 
     def sealed_count(self) -> int:
         """Live entries in sealed blocks (the others are rows)."""
@@ -411,7 +410,7 @@ class IndexQueries:
 
     def search(self, domain: str | None, tag: str | None) -> Iterator[Entry]:
         """Entries of ``domain`` (else with ``tag``, else all), sorted by URL (SQLite sorts, on disk when large)."""
-        if not all(_is_text(v) for v in (domain, tag)):
+        if not all(is_text(v) for v in (domain, tag)):
             return iter(())  # (lone surrogates from a file name or a URL: nothing stored can match)
         if tag is not None and domain is None:  # a tagged entry is never sealed
             return self._stream(

@@ -53,7 +53,7 @@ from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._config import StoreConfig
 from crawlstream.store._dicts import DictionaryStore
 from crawlstream.store._index import UrlIndex
-from crawlstream.store._index_db import DAMAGED, INDEX_FILE, IndexDamaged
+from crawlstream.store._index_db import DAMAGED, INDEX_FILE, IndexDamaged, is_text
 from crawlstream.store._index_legacy import migrate_legacy_index, remove_legacy_files
 from crawlstream.store._logs import read_log
 from crawlstream.store._maintenance import GroupShape
@@ -296,10 +296,8 @@ class ContentStore:
     def _tag_url(self, url: str, tags: Iterable[str], op: str) -> None:
         tags = list(tags)
         for tag in tags:
-            try:
-                tag.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise BadDataError(f"tag {tag!r} is not valid text (a lone surrogate): {exc}") from exc
+            if not is_text(tag):
+                raise BadDataError(f"tag {tag!r} is not valid text (a lone surrogate)")
         parts = self._parts(url)
         with self._lock:
             entry = self._index.lookup(parts.url_key, parts.url)
