@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from crawlstream.bus import EmbeddedBus, KafkaBus, TopicPartition
@@ -150,3 +151,32 @@ def test_a_transaction_call_that_does_not_keep_its_timeout_wedges_the_producer(
     stuck.release.set()
     consumer.close()
     short.close()
+
+
+def test_offsets_an_open_transaction_holds_are_waited_for_not_read_as_none(bus: KafkaBus) -> None:
+    """The CI outage failure: a deduper's on_assign read committed offsets while a transaction held
+    some (UNSTABLE_OFFSET_COMMIT). Such a partition is asked again until the transaction ends;
+    reading it as "never committed" would replay it from the start."""
+    source, out, group = (f"unstable-{what}-{uuid.uuid4().hex[:8]}" for what in ("in", "out", "g"))
+    bus.create_topics([source, out], PARTITIONS)
+    member = bus.consumer(group)
+    member.subscribe([source])
+    deadline = time.monotonic() + 30
+    while not member.assignment() and time.monotonic() < deadline:
+        member.consume(1, 0.2)
+    assert member.assignment()
+    member.commit({TopicPartition(source, 0): 2})
+    producer = bus.transactional_producer(f"t-{group}")
+    producer.produce(out, b"held", partition=0)
+    held = confluent_kafka.TopicPartition(source, 0, 5)
+    producer._producer.send_offsets_to_transaction([held], member.group_metadata(), 10)  # left open
+    answers: list[dict[TopicPartition, int | None]] = []
+    reader = threading.Thread(target=lambda: answers.append(member.committed([TopicPartition(source, 0)])))
+    reader.start()
+    time.sleep(3.0)
+    assert not answers, f"read while a transaction held the offset: {answers}"
+    producer._producer.commit_transaction(10)
+    reader.join(30)
+    assert answers == [{TopicPartition(source, 0): 5}]
+    member.close()
+    producer.close()

@@ -345,9 +345,16 @@ class KafkaConsumer(Consumer):
         request = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
         if not request:
             return {}
-        result = retrying(
-            lambda: self._consumer.committed(request, timeout=METADATA_TIMEOUT_S), "reading committed offsets"
-        )
+
+        def ask() -> list[Any]:
+            answer = self._consumer.committed(request, timeout=METADATA_TIMEOUT_S)
+            failed = [tp for tp in answer if tp.error is not None]
+            if failed:  # e.g. UNSTABLE_OFFSET_COMMIT: a transaction holds offsets for it; not "none"
+                raise KafkaException(failed[0].error)
+            return answer
+
+        # Each retried error is logged (once per code): a group stuck here must say on what.
+        result = retrying(ask, "reading committed offsets", on_retry=self._warn)
         return {_tp(tp): (tp.offset if tp.offset >= 0 else None) for tp in result}
 
     def positions(self) -> dict[TopicPartition, int]:

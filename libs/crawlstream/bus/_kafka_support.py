@@ -37,6 +37,7 @@ _TRANSIENT_ERRORS = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_ENOUGH_REPLICAS,
         KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,  # an open transaction holds offsets: it ends or times out
     }
 )
 _COMMIT_RETRY_S = 60.0
