@@ -33,6 +33,7 @@ from crawlstream.metrics import metrics_port, serve_metrics
 from crawlstream.redisconn import RedisHandle, open_redis
 from crawlstream.runtime._heartbeat import Heartbeat
 from crawlstream.runtime._loop import EventHandler, Flushable, LoopMetrics, ServiceLoop
+from crawlstream.runtime._memory import MemoryTrimmer, release_free_memory
 from crawlstream.settings import Settings
 
 __all__ = ["EXIT_CLIENT_WEDGED", "Host", "Runnable", "install_stop_signals", "open_host", "run_standalone"]
@@ -290,6 +291,8 @@ def run_standalone(
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     heartbeat = Heartbeat(settings.heartbeat_file)
     heartbeat.start()
+    trimmer = MemoryTrimmer(settings.memory_trim_interval_s)  # freed batches back to the OS
+    trimmer.start()
     try:
         return _run_until_stopped(settings, build, stop, current, heartbeat, max_backoff_s, registry)
     except ClientWedged as exc:
@@ -299,6 +302,7 @@ def run_standalone(
         faulthandler.dump_traceback(all_threads=True)  # where the stuck call and the loop were
         os._exit(EXIT_CLIENT_WEDGED)
     finally:
+        trimmer.stop()
         heartbeat.stop()
 
 
@@ -338,6 +342,7 @@ def _run_until_stopped(
                 backoff_s,
             )
             heartbeat.beat()
+            release_free_memory(collect=True)  # the closed service's memory, before the next one's
             if stop.wait(backoff_s):
                 return 0
             heartbeat.beat()

@@ -685,6 +685,13 @@ class Settings:
         "liveness/readiness probes check its age (deploy/k8s). Unset = none",
         env="CRAWLSTREAM_HEARTBEAT_FILE",
     )
+    memory_trim_interval_s: float = setting(
+        60.0,
+        "`crawlstream service`: seconds between two returns of the heap memory the service has freed to "
+        "the OS (glibc malloc_trim; also after each rebuild), so RSS comes down after a catch-up's large "
+        "batches; 0 = never (ADR 034, session 22)",
+        check=non_negative,
+    )
     bus: BusSettings = field(default_factory=BusSettings)
     dedupe: DedupeSettings = field(default_factory=DedupeSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
