@@ -226,13 +226,16 @@ class ProcessVerdict(TypedDict):
 
 
 class DiskVerdict(TypedDict):
-    """``status``: "flat", "drift" (either way: per-page bytes must stay put) or "no pages"."""
+    """``status``: "flat" (bytes per page stayed put: it grows with the pages), "bounded" (bytes
+    per page moved, but the bytes themselves did not grow: fixed-size state such as a Bloom
+    filter, or state rewritten in place), "drift" (neither) or "no pages"."""
 
     status: str
     ok: bool
     pages_at_mark: int | None
     pages_at_end: int | None
     bytes_per_page: SeriesVerdict | None
+    bytes: SeriesVerdict | None
 
 
 class FlatnessVerdict(TypedDict):
@@ -258,8 +261,11 @@ def flatness(
     fds_slack: int = 2,
 ) -> FlatnessVerdict:
     """Issue 28's rule: between the end of the first ``warmup_fraction`` of the run (the mark)
-    and the end, RSS and descriptors grow less than ``limit`` and disk bytes per stored page
-    stay within ``limit`` (either way).
+    and the end, RSS and descriptors grow less than ``limit`` and, per data directory, disk
+    bytes per stored page stay within ``limit`` (either way). A directory whose bytes do not
+    scale with the pages (a fixed-size Bloom filter, Redis's rewritten AOF) passes instead when
+    its bytes grow less than ``limit``: "against pages stored" is no measure of it, and its
+    bytes per page only fall (ADR 034, session 22). Growth out of proportion fails either way.
 
     Made robust to noise and restarts, per process label:
 
@@ -284,7 +290,8 @@ def flatness(
     mark = t0 + warmup_fraction * span
     rule = (
         f"from {warmup_fraction:.0%} of the run to the end: RSS and fds grow < {limit:.0%}"
-        f" (fds +{fds_slack} allowed), disk bytes per stored page within ±{limit:.0%};"
+        f" (fds +{fds_slack} allowed); per data directory, bytes per stored page within ±{limit:.0%}"
+        f" (flat), else its bytes grow < {limit:.0%} (bounded: state that does not scale with pages);"
         f" values are medians of {window_fraction:.0%}-of-the-run windows, last pid per label only"
     )
     by_label: dict[str, list[tuple[float, ProcessSample]]] = {}
@@ -363,21 +370,26 @@ def _disk_verdict(
 ) -> DiskVerdict:
     stored = [s for s in samples if s.pages_stored > 0 and name in s.disk_bytes]
     if not stored:
-        return DiskVerdict(status="no pages", ok=False, pages_at_mark=None, pages_at_end=None, bytes_per_page=None)
+        return DiskVerdict(status="no pages", ok=False, pages_at_mark=None, pages_at_end=None, bytes_per_page=None,
+                           bytes=None)
     per_page = [(s.t_s, s.disk_bytes[name] / s.pages_stored) for s in stored]
     pages = [(s.t_s, float(s.pages_stored)) for s in stored]
     start = _at(per_page, mark - window / 2, mark + window / 2, mark)
     last = _at(per_page, end - window, end, end)
     assert start is not None and last is not None
     ratio = last / start if start else None
-    ok = ratio is not None and abs(ratio - 1) <= limit
+    flat = ratio is not None and abs(ratio - 1) <= limit
+    # Not in proportion to the pages: then the bytes themselves must not grow (the process rule).
+    size = _growth([(s.t_s, float(s.disk_bytes[name])) for s in stored], mark, window, end, limit, 0)
+    status = "flat" if flat else "bounded" if size["ok"] else "drift"
     at_mark, at_end = _at(pages, mark - window / 2, mark + window / 2, mark), _at(pages, end - window, end, end)
     return DiskVerdict(
-        status="flat" if ok else "drift",
-        ok=ok,
+        status=status,
+        ok=status != "drift",
         pages_at_mark=None if at_mark is None else int(at_mark),
         pages_at_end=None if at_end is None else int(at_end),
-        bytes_per_page=SeriesVerdict(start=_round(start), end=_round(last), ratio=_round(ratio), ok=ok),
+        bytes_per_page=SeriesVerdict(start=_round(start), end=_round(last), ratio=_round(ratio), ok=flat),
+        bytes=size,
     )
 
 

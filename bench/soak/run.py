@@ -68,6 +68,9 @@ MEMBERS = {
 MIN_DELAY_S = 0.2
 MAX_RETRIES = 2
 SAMPLE_S = 5.0
+# Under CRAWLSTREAM_DATA_DIR: the content store, the lake (urls), the index, the scheduler's
+# frontier files, the deduper's Bloom snapshots, the Parquet sink's staging.
+SERVICE_DATA_DIRS = ("store", "urls", "index", "frontier", "dedupe", "parquet-sink")
 FLAT_MIN_MINUTES = 30.0
 # 200 pages each: the web outlasts the run. Session 15's first 2-hour run (6 per minute, 720
 # domains) stored all 154k pages in 40 minutes, ~64 pages/s beside other work; session 18's
@@ -340,9 +343,11 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
         bus = KafkaBus.from_settings(where.settings)
         groups = dict(group_of(n) for n in MEMBERS if n not in ("index-compactor", "query-api"))
         probe = LagProbe({g: bus.consumer(g) for g in groups}, groups, bus.end_offsets)
-        sampler = ResourceSampler(soak.pids, {"data": cfg.root / "data", "kafka": cfg.root / "kafka",
-                                              "redis": cfg.root / "redis"}, cfg.root / "resources.jsonl",
-                                  detail=cfg.root / "resources-detail.jsonl")
+        # Issue 28 judges bytes on disk "per data directory": each service's own, not their sum (a
+        # store flat per page and a lake of small files in a sawtooth hid each other in "data").
+        dirs = {name: cfg.root / "data" / name for name in SERVICE_DATA_DIRS}
+        sampler = ResourceSampler(soak.pids, {**dirs, "kafka": cfg.root / "kafka", "redis": cfg.root / "redis"},
+                                  cfg.root / "resources.jsonl", detail=cfg.root / "resources-detail.jsonl")
         client = ApiClient(api_port, list(web.model.domains), random.Random(cfg.seed))
         soak.client = client
         try:

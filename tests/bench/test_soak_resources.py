@@ -63,9 +63,11 @@ def _start(children: list[subprocess.Popen[str]], alloc_mb: float = 0, leak_kb: 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("soak")
-    store, wal = tmp / "data" / "store", tmp / "data" / "wal"
+    store, wal, bloom = tmp / "data" / "store", tmp / "data" / "wal", tmp / "data" / "bloom"
     store.mkdir(parents=True)
     wal.mkdir()
+    bloom.mkdir()
+    (bloom / "filter.bin").write_bytes(b"b" * 64 * 4096)  # fixed size: its bytes per page only fall
     children: list[subprocess.Popen[str]] = []
     current = {
         "leaker-0": _start(children, leak_kb=1024),
@@ -77,7 +79,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     # the processes that replace them, started now: a restart is then a kill and a new pid,
     # at the time the test says even when a loaded machine starts Python slowly
     spare = {"worker-0": _start(children, alloc_mb=40), "worker-1": _start(children)}
-    sampler = ResourceSampler(lambda: current, {"store": store, "wal": wal}, tmp / "samples.jsonl",
+    sampler = ResourceSampler(lambda: current, {"store": store, "wal": wal, "bloom": bloom}, tmp / "samples.jsonl",
                               detail=tmp / "detail.jsonl", detail_every=5)
     result = Run(sampler, tmp / "samples.jsonl", tmp / "data", {k: [v] for k, v in current.items()})
     victim = children[2]
@@ -196,6 +198,10 @@ def test_flatness_flags_the_leak_and_passes_the_flat_and_restarted(run: Run) -> 
     per_page = disks["store"]["bytes_per_page"]
     assert per_page is not None and per_page["start"] is not None and 4096 <= per_page["start"] < 4096 * 1.1
     assert disks["wal"]["status"] == "drift" and disks["wal"]["ok"] is False
+    bloom = disks["bloom"]
+    assert (bloom["status"], bloom["ok"]) == ("bounded", True)  # not with the pages, and not growing
+    assert bloom["bytes_per_page"] is not None and bloom["bytes_per_page"]["ratio"] is not None
+    assert bloom["bytes_per_page"]["ratio"] < 0.9 and bloom["bytes"] is not None and bloom["bytes"]["ok"] is True
 
 
 def test_flatness_without_the_leaker_and_the_wal_is_ok(run: Run) -> None:
