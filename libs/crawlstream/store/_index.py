@@ -246,9 +246,14 @@ class UrlIndex(IndexQueries):
                 "ORDER BY url",
                 (segment,),
             ).fetchall()
+            # Only the blocks this step seals are chosen: a step bounded to one block must not
+            # probe every row of a large segment each time (the rest wait for the next step).
+            wanted = -(-(limit - sealed) // BLOCK_ENTRIES) * BLOCK_ENTRIES
             chosen: list[tuple[int, Entry]] = []
             slots: set[int] = set()
             for r in rows:
+                if len(chosen) >= wanted:
+                    break
                 e = entry_of(r[1:])
                 slot = key_slot(e.url_key)
                 if not sealable(e) or slot in slots:
@@ -257,9 +262,7 @@ class UrlIndex(IndexQueries):
                     # (a slot another URL has: this one stays a row)
                     slots.add(slot)
                     chosen.append((r[0], e))
-            for start in range(0, len(chosen), BLOCK_ENTRIES):
-                if sealed >= limit:  # a step holds the store lock for one block's encoding, not a segment's
-                    break
+            for start in range(0, len(chosen), BLOCK_ENTRIES):  # a step holds the store lock for its blocks only
                 sealed += self._seal_block(segment, chosen[start : start + BLOCK_ENTRIES])
         if sealed:
             self.commit()
