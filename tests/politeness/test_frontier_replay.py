@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import redis
+
 from crawlstream.events import DiscoveredUrl
 from crawlstream.topics import URLS_FRONTIER
 from crawlstream.urls import url_key
@@ -50,6 +52,40 @@ def test_new_urls_after_a_replay_are_still_appended(service_rig) -> None:
         again.run()
         assert again.handler.replayed == len(old)
         assert sorted(q.url for q in again.requests()) == sorted(old + fresh)
+
+
+def test_a_replay_after_redis_lost_the_appends_queues_each_url_once(service_rig) -> None:
+    """Session 22's 11 repeats: Redis (AOF, fsync every second) was killed and came back without
+    the last append pipelines, so their bytes were adopted from the files and the replay appended
+    them again. The mark beside the files still covers them, and their domains are queued."""
+    with service_rig(batch_size=3) as first:
+        before = _dump(first.host.redis)
+        urls = first.seed(10)
+        first.run()
+        dispatched = len(first.requests())  # lost with Redis too: those tickets are sent again
+        _restore(first.host.redis, before)
+    with service_rig(batch_size=3, group="crawlstream.scheduler.behind") as again:
+        again.run()
+        seen = dispatched
+        for _ in range(5):  # answer until nothing more is asked: a second copy would come next
+            new = again.requests()[seen:]
+            seen += len(new)
+            again.answer(new)
+            time.sleep(0.1)
+            again.run()
+        assert again.handler.replayed == len(urls)
+        assert Counter(q.url for q in again.requests()[dispatched:]) == Counter(urls)  # each once
+        assert again.scheduler.pending(0) == (0, 0)
+
+
+def _dump(client: redis.Redis) -> dict[bytes, bytes]:
+    return {key: client.dump(key) for key in client.keys("*")}
+
+
+def _restore(client: redis.Redis, dumped: dict[bytes, bytes]) -> None:
+    client.flushdb()
+    for key, value in dumped.items():
+        client.restore(key, 0, value)
 
 
 def _discovered(url: str, domain: str) -> DiscoveredUrl:

@@ -27,6 +27,8 @@ frontier files and lanes  little     fixed fields .. + 1 MiB URL ends the good d
 after a 20-byte header)
 revisit files             little     fixed fields .. 64 KiB      ends the good data: cut before the first
 (``politeness._revisit``)                                        append of a process (as a torn tail)
+frontier append marks     little     16 bytes .. 64 MiB          ends the good data: ``read`` cuts the
+(``frontier._marks``)                                            file there (as a torn tail)
 parquet-sink staging log  big        none                        ends the good data: ``replay`` truncates
 (``lake._staging``)                                              the log there, with a warning
 ========================= ========== =========================== =========================================

@@ -4,6 +4,7 @@ Redis-side metadata (offsets, ready queue) belongs to ``crawlstream.politeness``
 """
 
 from crawlstream.frontier._domains import LANE_SUFFIX, validate_domain
+from crawlstream.frontier._marks import AppendMark, AppendMarks
 from crawlstream.frontier._records import (
     HEADER_SIZE,
     MAX_PRIORITY,
@@ -23,6 +24,8 @@ __all__ = [
     "LANE_SUFFIX",
     "MAX_PRIORITY",
     "MAX_URL_BYTES",
+    "AppendMark",
+    "AppendMarks",
     "FileState",
     "FrontierEntry",
     "FrontierFiles",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from crawlstream.frontier import HEADER_SIZE, FrontierFiles
+from crawlstream.frontier import HEADER_SIZE, AppendMarks, FrontierFiles
 from crawlstream.politeness._file_states import FileStates
 from crawlstream.politeness._lanes import PriorityLanes
 from crawlstream.politeness._lua import Scripts
@@ -45,6 +45,7 @@ class SchedulerContext:
 
     redis: redis.Redis
     files: FrontierFiles
+    marks: AppendMarks  # the appends beside the files (ADR 037)
     limits: Limits
     scripts: Scripts
     states: FileStates

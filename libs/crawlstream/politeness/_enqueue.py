@@ -3,10 +3,10 @@
 Each append records, with the files' new sizes, the next ``urls.frontier`` offset it covers
 (``PartitionKeys.appended``, ADR 037): a batch read again after a crash or a failed commit is
 skipped by the scheduler service instead of being queued (and fetched) a second time. The
-append goes to disk before Redis records it: a crash in between leaves bytes past the recorded
-size, which ``FrontierFiles.reconcile`` adopts on the next touch, and the mark is not moved, so
-that one batch is appended again (its URLs may be fetched twice; the stores downstream are
-idempotent by url_key).
+append goes to disk, then to the log beside the files (``frontier.AppendMarks``), then to
+Redis: a crash in between, or Redis coming back without the pipeline, leaves bytes past the
+recorded size and a logged mark past Redis's; ``Scheduler.appended_through`` adopts those
+domains and moves the mark up before the replay is read.
 """
 
 from __future__ import annotations
@@ -73,11 +73,13 @@ class Appender:
         pipe = self._ctx.redis.pipeline(transaction=False)
         parked: list[tuple[int, int]] = []  # (index of the domain's requeue reply, URLs stored)
         accepted = 0
+        appended: list[str] = []
         for (domain, group), row in zip(by_domain.items(), rows, strict=True):
             if as_int(row[3]) >= as_int(row[10], self._ctx.limits.max_pages) and as_int(row[4]) <= 0:
                 self._ctx.stats["skipped_budget"] += len(group)
                 continue
             self._append_domain(partition, keys, domain, group, row, pipe)
+            appended.append(domain)
             parked.append((len(pipe), len(group)))
             self._ctx.scripts.requeue(
                 keys=[keys.ready, keys.domain(domain), keys.pready],
@@ -88,6 +90,8 @@ class Appender:
         if unconditional and self._ctx.planner is not None:
             pipe.hdel(keys.validators, *(ticket_field(e.domain, e.url) for e in entries))
         if through is not None:
+            # beside the files first: Redis may come back without this pipeline (ADR 037)
+            self._ctx.marks.record(partition, through, appended)
             pipe.set(keys.appended, through)
         # a requeue answering -2 (excluded): the URLs wait parked in the files
         answers = pipe.execute()

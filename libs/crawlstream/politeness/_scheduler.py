@@ -34,8 +34,9 @@ in its file; a per-domain override replaces the delay, max in flight and page bu
 
 Delivery is at-least-once: a ticket is recorded (with a lease) before ``due`` returns it, so
 a crash before its request is produced re-dispatches the URL once the lease expires; a
-``urls.frontier`` batch replayed after a crash before its offsets were committed is appended
-again (the URL may be fetched twice; the stores downstream are idempotent by url_key).
+``urls.frontier`` batch replayed after a crash before its offsets were committed is skipped up
+to the mark of what was appended (``appended_through``, ADR 037; the stores downstream are
+idempotent by url_key all the same).
 
 ``Scheduler`` is the public surface; each job is a part of its own, built around one shared
 ``_context`` (the settings as ``Limits``, the Redis client, the files, ``stats``):
@@ -58,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from crawlstream.errors import RedisUnavailable
-from crawlstream.frontier import FrontierEntry, FrontierFiles
+from crawlstream.frontier import AppendMarks, FrontierEntry, FrontierFiles
 from crawlstream.politeness._completion import Completer
 from crawlstream.politeness._context import Limits, SchedulerContext
 from crawlstream.politeness._dispatch import Dispatcher
@@ -123,6 +124,7 @@ class Scheduler:
         self.redis = redis_client
         self.metrics = metrics  # observes each wait it sets (crawlstream_politeness_wait_seconds)
         self.files = FrontierFiles(frontier_root)
+        self.marks = AppendMarks(frontier_root, clock=clock)
         self.clock = clock
         self.limits = Limits(
             min_delay_ms=int(min_delay_s * 1000),
@@ -174,6 +176,7 @@ class Scheduler:
         self._ctx = SchedulerContext(
             redis=client,
             files=files,
+            marks=self.marks,
             limits=self.limits,
             scripts=scripts(),
             states=states,
@@ -278,7 +281,9 @@ class Scheduler:
         with self._locks.lock(partition):
             if self.revisits is not None:
                 self.revisits.sync()
-            return self.files.sync()
+            synced = self.files.sync()
+            self.marks.sync()
+            return synced
 
     def drop_partition(self, partition: int) -> None:
         """Forget process-local state of ``partition``; Redis and files stay for the next owner."""
@@ -363,11 +368,34 @@ class Scheduler:
 
     def appended_through(self, partition: int) -> int:
         """The next ``urls.frontier[partition]`` offset not appended yet (0: none recorded). A
-        message below it is already in the frontier: queueing it again would fetch it twice."""
+        message below it is already in the frontier: queueing it again would fetch it twice.
+
+        Appends the log beside the files holds past the Redis mark lost their Redis pipeline
+        (Redis came back without it, or the writer died before it): their domains are adopted
+        (sizes corrected from the files, registered, queued) and the mark moved up to them."""
+        keys = PartitionKeys(partition)
         try:
-            return as_int(self.redis.get(PartitionKeys(partition).appended))
+            recorded = as_int(self.redis.get(keys.appended))
+            lost = [m for m in self.marks.read(partition) if m.through > recorded]
+            if not lost:
+                return recorded
+            domains = sorted({d for m in lost for d in m.domains})
+            self.adopt_files(partition, domains)
+            through = max(m.through for m in lost)
+            self.redis.set(keys.appended, through)
         except redis.RedisError as exc:
             raise RedisUnavailable(f"read of scheduler partition {partition}'s frontier mark failed ({exc})") from exc
+        self.stats["appends_adopted"] += len(lost)
+        logger.warning(
+            "scheduler partition %d: Redis had appended through %d, the files through %d; "
+            "%d appends of %d domains adopted",
+            partition,
+            recorded,
+            through,
+            len(lost),
+            len(domains),
+        )
+        return through
 
     def due(self, partition: int, now_ms: int | None = None, limit: int = 100) -> list[FetchTicket]:
         """Hand out the next URL of up to ``limit`` domains whose next fetch time has come.

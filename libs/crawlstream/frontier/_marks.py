@@ -1,0 +1,145 @@
+"""How far into ``urls.frontier`` a partition's frontier files reach, kept beside them (ADR 037).
+
+The scheduler records the next ``urls.frontier[p]`` offset each append covers in Redis, in the
+pipeline that stores the files' new sizes. Redis killed at the wrong moment (AOF, fsync every
+second) comes back without its last pipelines: their bytes are adopted from the files on the next
+touch (``FrontierFiles.reconcile``), but the Redis mark is behind them, so the replay that follows
+appends the same URLs again and each is fetched twice (session 22: 11 repeats). The same holds
+when the member dies between the file append and the pipeline.
+
+So each append is also logged here, after the files and before Redis:
+``<root>/<partition>/APPENDED``, one frame (``durable`` framing) per append: ``through u64 |
+at_ms u64 | the domains appended, newline-separated``. The next owner of the partition reads
+the frames ahead of the Redis mark: their domains are the ones whose Redis state may be lost
+(a new domain's registration among them: without adopting it, its URLs would wait for ever),
+and their highest ``through`` is where the replay stops being a replay.
+
+The log is rewritten whole when it passes ``max_bytes``, keeping the frames of the last
+``keep_s`` seconds: Redis loses at most its last fsync interval, far shorter than that. The name
+cannot clash with a domain's directory (those are two hex digits).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawlstream.durable import encode_frame, fsync_dir, iter_frames, write_atomically
+from crawlstream.errors import StorageUnavailable
+
+__all__ = ["AppendMark", "AppendMarks"]
+
+logger = logging.getLogger(__name__)
+
+MARKS_NAME = "APPENDED"
+_FIXED = struct.Struct("<QQ")
+_MAX_PAYLOAD = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AppendMark:
+    """One append: the next input offset it covers, when, and the domains whose files grew."""
+
+    through: int
+    at_ms: int
+    domains: tuple[str, ...]
+
+
+class AppendMarks:
+    """The per-partition log of appends; one writer per partition (the scheduler that owns it)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        keep_s: float = 600.0,
+        max_bytes: int = 1 << 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = Path(root)
+        self._keep_ms = int(keep_s * 1000)
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self._dirty: set[int] = set()
+
+    def path_for(self, partition: int) -> Path:
+        return self.root / str(int(partition)) / MARKS_NAME
+
+    def record(self, partition: int, through: int, domains: Iterable[str]) -> None:
+        """Log an append whose file bytes are written (not yet fsynced: ``sync`` before a commit)."""
+        path = self.path_for(partition)
+        frame = _encode(AppendMark(through, int(self._clock() * 1000), tuple(domains)))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as fh:
+                fh.write(frame)
+                size = fh.tell()
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot log an append to {path} ({exc})") from exc
+        self._dirty.add(partition)
+        if size > self._max_bytes:
+            self._trim(partition)
+
+    def read(self, partition: int) -> list[AppendMark]:
+        """The frames of ``partition``'s log; a tail cut short by a crash is cut off the file, so
+        appends after it are not hidden behind it."""
+        path = self.path_for(partition)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot read {path} ({exc})") from exc
+        marks: list[AppendMark] = []
+        end = 0
+        for frame in iter_frames(data, min_size=_FIXED.size, max_size=_MAX_PAYLOAD):
+            if not frame.intact:
+                break  # damage ends the good data, like a torn tail
+            through, at_ms = _FIXED.unpack_from(frame.payload)
+            names = bytes(frame.payload[_FIXED.size :]).decode()
+            marks.append(AppendMark(through, at_ms, tuple(names.split("\n")) if names else ()))
+            end = frame.end
+        if end < len(data):
+            logger.warning("%s: %d bytes after the last whole frame cut off", path, len(data) - end)
+            try:
+                os.truncate(path, end)
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot cut the torn tail of {path} ({exc})") from exc
+        return marks
+
+    def sync(self) -> None:
+        """fsync the logs appended to since the last call (after the frontier files: a mark on
+        disk must not claim more than the files hold)."""
+        dirty, self._dirty = sorted(self._dirty), set()
+        for partition in dirty:
+            path = self.path_for(partition)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(path.parent)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot fsync {path} ({exc})") from exc
+
+    def _trim(self, partition: int) -> None:
+        """Rewrite the log with the frames of the last ``keep_s`` (at least the last frame)."""
+        marks = self.read(partition)
+        since = int(self._clock() * 1000) - self._keep_ms
+        kept = [m for m in marks if m.at_ms >= since] or marks[-1:]
+        body = b"".join(_encode(m) for m in kept)
+        write_atomically(self.path_for(partition), body)
+        if len(body) > self._max_bytes // 2:  # a busy partition: trim less often, not on every append
+            self._max_bytes = 2 * len(body)
+
+
+def _encode(mark: AppendMark) -> bytes:
+    return encode_frame(_FIXED.pack(mark.through, mark.at_ms) + "\n".join(mark.domains).encode())

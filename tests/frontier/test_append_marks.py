@@ -1,0 +1,53 @@
+"""The log of appends beside the frontier files (``frontier.AppendMarks``, ADR 037): what the
+next owner reads back after a crash cut a frame short, and how the log stays small."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crawlstream.frontier import AppendMark, AppendMarks
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_marks_read_back_in_order_with_their_domains(tmp_path: Path) -> None:
+    clock = Clock()
+    marks = AppendMarks(tmp_path, clock=clock)
+    marks.record(3, 10, ["a.example", "b.example"])
+    marks.record(3, 12, [])
+    assert marks.read(3) == [
+        AppendMark(10, 1_700_000_000_000, ("a.example", "b.example")),
+        AppendMark(12, 1_700_000_000_000, ()),
+    ]
+    assert marks.read(4) == []
+
+
+def test_a_torn_last_frame_is_cut_off_so_later_marks_are_not_hidden(tmp_path: Path) -> None:
+    marks = AppendMarks(tmp_path, clock=Clock())
+    marks.record(0, 5, ["a.example"])
+    marks.record(0, 9, ["b.example"])
+    path = marks.path_for(0)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-3])  # the writer died inside its last write
+    assert [m.through for m in marks.read(0)] == [5]
+    marks.record(0, 9, ["b.example"])  # the next owner appends again
+    assert [m.through for m in AppendMarks(tmp_path).read(0)] == [5, 9]
+
+
+def test_the_log_keeps_only_recent_appends_once_it_is_large(tmp_path: Path) -> None:
+    clock = Clock()
+    marks = AppendMarks(tmp_path, keep_s=60, max_bytes=4096, clock=clock)
+    for through in range(1, 200):
+        marks.record(1, through, [f"d{through}.example"])
+        clock.now_s += 1
+    kept = [m.through for m in marks.read(1)]
+    assert kept == list(range(kept[0], 200))  # the newest, none missing among them
+    assert kept[0] > 199 - 150  # the old ones went
+    assert len(kept) >= 60  # the last minute stays whole
+    assert marks.path_for(1).stat().st_size <= 3 * 4096
