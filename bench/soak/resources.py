@@ -356,10 +356,16 @@ def _last_run_start(series: list[tuple[float, ProcessSample]]) -> int:
     return i
 
 
-def _growth(points: list[Point], mark: float, window: float, end: float, limit: float, slack: float) -> SeriesVerdict:
+def _ends(points: list[Point], mark: float, window: float, end: float) -> tuple[float, float]:
+    """The values at the mark (a window centred on it) and at the end (the last window)."""
     start = _at(points, mark - window / 2, mark + window / 2, mark)
     last = _at(points, end - window, end, end)
     assert start is not None and last is not None  # points is never empty here
+    return start, last
+
+
+def _growth(points: list[Point], mark: float, window: float, end: float, limit: float, slack: float) -> SeriesVerdict:
+    start, last = _ends(points, mark, window, end)
     ratio = last / start if start else None
     ok = last - start < limit * start or last - start <= slack
     return SeriesVerdict(start=start, end=last, ratio=_round(ratio), ok=ok)
@@ -372,22 +378,18 @@ def _disk_verdict(
     if not stored:
         return DiskVerdict(status="no pages", ok=False, pages_at_mark=None, pages_at_end=None, bytes_per_page=None,
                            bytes=None)
-    per_page = [(s.t_s, s.disk_bytes[name] / s.pages_stored) for s in stored]
-    pages = [(s.t_s, float(s.pages_stored)) for s in stored]
-    start = _at(per_page, mark - window / 2, mark + window / 2, mark)
-    last = _at(per_page, end - window, end, end)
-    assert start is not None and last is not None
+    start, last = _ends([(s.t_s, s.disk_bytes[name] / s.pages_stored) for s in stored], mark, window, end)
     ratio = last / start if start else None
     flat = ratio is not None and abs(ratio - 1) <= limit
     # Not in proportion to the pages: then the bytes themselves must not grow (the process rule).
     size = _growth([(s.t_s, float(s.disk_bytes[name])) for s in stored], mark, window, end, limit, 0)
     status = "flat" if flat else "bounded" if size["ok"] else "drift"
-    at_mark, at_end = _at(pages, mark - window / 2, mark + window / 2, mark), _at(pages, end - window, end, end)
+    at_mark, at_end = _ends([(s.t_s, float(s.pages_stored)) for s in stored], mark, window, end)
     return DiskVerdict(
         status=status,
         ok=status != "drift",
-        pages_at_mark=None if at_mark is None else int(at_mark),
-        pages_at_end=None if at_end is None else int(at_end),
+        pages_at_mark=int(at_mark),
+        pages_at_end=int(at_end),
         bytes_per_page=SeriesVerdict(start=_round(start), end=_round(last), ratio=_round(ratio), ok=flat),
         bytes=size,
     )
