@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawlstream.durable import encode_frame, fsync_dir, iter_frames, write_atomically
+from crawlstream.durable import encode_frame, iter_frames, write_atomically
 from crawlstream.errors import StorageUnavailable
+from crawlstream.frontier._store import sync_files
 
 __all__ = ["AppendMark", "AppendMarks"]
 
@@ -113,22 +114,10 @@ class AppendMarks:
         return marks
 
     def sync(self) -> None:
-        """fsync the logs appended to since the last call (after the frontier files: a mark on
-        disk must not claim more than the files hold)."""
+        """fsync the logs appended to since the last call, after the frontier files (a mark on
+        disk should not claim more than the files hold); in parallel, as the files are."""
         dirty, self._dirty = sorted(self._dirty), set()
-        for partition in dirty:
-            path = self.path_for(partition)
-            try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                fsync_dir(path.parent)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StorageUnavailable(f"cannot fsync {path} ({exc})") from exc
+        sync_files([self.path_for(p) for p in dirty])
 
     def _trim(self, partition: int) -> None:
         """Rewrite the log with the frames of the last ``keep_s`` (at least the last frame)."""

@@ -125,10 +125,7 @@ class FrontierFiles:
         is hundreds of journal commits when issued one by one, and the scheduler waits.
         """
         dirty, self._dirty = sorted(self._dirty), set()
-        if len(dirty) <= 1:
-            return sum(_fsync_file(path) for path in dirty)
-        with ThreadPoolExecutor(min(_SYNC_THREADS, len(dirty)), thread_name_prefix="frontier-sync") as pool:
-            return sum(pool.map(_fsync_file, dirty))
+        return sync_files(dirty)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -299,6 +296,14 @@ class FrontierFiles:
         """Delete a domain's file and lane (their state in Redis must be reset by the caller first)."""
         self.path_for(partition, domain).unlink(missing_ok=True)
         self.path_for(partition, domain, lane=True).unlink(missing_ok=True)
+
+
+def sync_files(paths: list[Path]) -> int:
+    """fsync ``paths`` in parallel (a file gone since is skipped); how many were synced."""
+    if len(paths) <= 1:
+        return sum(_fsync_file(path) for path in paths)
+    with ThreadPoolExecutor(min(_SYNC_THREADS, len(paths)), thread_name_prefix="frontier-sync") as pool:
+        return sum(pool.map(_fsync_file, paths))
 
 
 def _fsync_file(path: Path) -> int:
