@@ -32,7 +32,9 @@ The scheduler, per partition ``p`` (``PartitionKeys``; all O(domains), never O(U
                                    frontier and not completed yet (O(revisits in flight))
     cs:sched:{p}:owner       STRING the token of the instance that loaded p last (fencing)
     cs:sched:{p}:appended    STRING the next ``urls.frontier[p]`` offset not appended yet: a
-                                   replayed message below it is skipped (ADR 037)
+                                   replayed message below it is skipped (ADR 037); each
+                                   append is logged beside the files first
+                                   (``frontier.AppendMarks``), for when Redis loses it
 """
 
 from __future__ import annotations
