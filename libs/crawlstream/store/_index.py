@@ -241,27 +241,8 @@ class UrlIndex(IndexQueries):
         for segment in segments:
             if sealed >= limit:
                 break
-            rows = self._q(
-                f"SELECT rowid, {COLUMNS} FROM entries WHERE segment = ? AND record_segment IS NULL AND tags IS NULL "
-                "ORDER BY url",
-                (segment,),
-            ).fetchall()
-            # Only the blocks this step seals are chosen: a step bounded to one block must not
-            # probe every row of a large segment each time (the rest wait for the next step).
             wanted = -(-(limit - sealed) // BLOCK_ENTRIES) * BLOCK_ENTRIES
-            chosen: list[tuple[int, Entry]] = []
-            slots: set[int] = set()
-            for r in rows:
-                if len(chosen) >= wanted:
-                    break
-                e = entry_of(r[1:])
-                slot = key_slot(e.url_key)
-                if not sealable(e) or slot in slots:
-                    continue
-                if self._q("SELECT 1 FROM sealed_keys WHERE slot = ?", (slot,)).fetchone() is None:
-                    # (a slot another URL has: this one stays a row)
-                    slots.add(slot)
-                    chosen.append((r[0], e))
+            chosen = self._choose_sealable(segment, wanted)
             for start in range(0, len(chosen), BLOCK_ENTRIES):  # a step holds the store lock for its blocks only
                 sealed += self._seal_block(segment, chosen[start : start + BLOCK_ENTRIES])
         if sealed:
@@ -271,6 +252,36 @@ class UrlIndex(IndexQueries):
             except sqlite3.Error as exc:
                 self._raise(exc)
         return sealed
+
+    def _choose_sealable(self, segment: str, wanted: int) -> list[tuple[int, Entry]]:
+        """Up to ``wanted`` of ``segment``'s sealable rows, in url order, each with its rowid.
+
+        Only the blocks this step seals are chosen, and the rows are streamed: a step bounded to one
+        block must neither probe nor hold every row of a large segment (the rest wait for the next
+        step). Nothing is written while the rows are read: the step's deletes come after."""
+        rows = self._q(
+            f"SELECT rowid, {COLUMNS} FROM entries WHERE segment = ? AND record_segment IS NULL AND tags IS NULL "
+            "ORDER BY url",
+            (segment,),
+        )
+        chosen: list[tuple[int, Entry]] = []
+        slots: set[int] = set()
+        try:
+            while len(chosen) < wanted and (batch := rows.fetchmany(1024)):
+                for r in batch:
+                    e = entry_of(r[1:])
+                    slot = key_slot(e.url_key)
+                    if not sealable(e) or slot in slots:
+                        continue
+                    if self._q("SELECT 1 FROM sealed_keys WHERE slot = ?", (slot,)).fetchone() is None:
+                        # (a slot another URL has: this one stays a row)
+                        slots.add(slot)
+                        chosen.append((r[0], e))
+                        if len(chosen) >= wanted:
+                            break
+        finally:
+            rows.close()
+        return chosen
 
     def _seal_block(self, segment: str, chosen: list[tuple[int, Entry]]) -> int:
         self._begin()
