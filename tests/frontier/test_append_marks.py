@@ -7,18 +7,11 @@ from pathlib import Path
 
 from crawlstream.frontier import AppendMark, AppendMarks
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now_s
+START_S = 1_700_000_000.0
 
 
 def test_marks_read_back_in_order_with_their_domains(tmp_path: Path) -> None:
-    clock = Clock()
-    marks = AppendMarks(tmp_path, clock=clock)
+    marks = AppendMarks(tmp_path, clock=lambda: START_S)
     marks.record(3, 10, ["a.example", "b.example"])
     marks.record(3, 12, [])
     assert marks.read(3) == [
@@ -29,7 +22,7 @@ def test_marks_read_back_in_order_with_their_domains(tmp_path: Path) -> None:
 
 
 def test_a_torn_last_frame_is_cut_off_so_later_marks_are_not_hidden(tmp_path: Path) -> None:
-    marks = AppendMarks(tmp_path, clock=Clock())
+    marks = AppendMarks(tmp_path, clock=lambda: START_S)
     marks.record(0, 5, ["a.example"])
     marks.record(0, 9, ["b.example"])
     path = marks.path_for(0)
@@ -41,11 +34,11 @@ def test_a_torn_last_frame_is_cut_off_so_later_marks_are_not_hidden(tmp_path: Pa
 
 
 def test_the_log_keeps_only_recent_appends_once_it_is_large(tmp_path: Path) -> None:
-    clock = Clock()
-    marks = AppendMarks(tmp_path, keep_s=60, max_bytes=4096, clock=clock)
+    now = [START_S]
+    marks = AppendMarks(tmp_path, keep_s=60, max_bytes=4096, clock=lambda: now[0])
     for through in range(1, 200):
         marks.record(1, through, [f"d{through}.example"])
-        clock.now_s += 1
+        now[0] += 1
     kept = [m.through for m in marks.read(1)]
     assert kept == list(range(kept[0], 200))  # the newest, none missing among them
     assert kept[0] > 199 - 150  # the old ones went
