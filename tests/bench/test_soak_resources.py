@@ -64,9 +64,12 @@ def _start(children: list[subprocess.Popen[str]], alloc_mb: float = 0, leak_kb: 
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("soak")
     store, wal, bloom = tmp / "data" / "store", tmp / "data" / "wal", tmp / "data" / "bloom"
+    tiered = tmp / "data" / "tiered"
     store.mkdir(parents=True)
     wal.mkdir()
     bloom.mkdir()
+    tiered.mkdir()
+    (tiered / "hot").write_bytes(b"h" * 64 * 4096)  # a fixed part, then 1 KiB a page: per page falls
     (bloom / "filter.bin").write_bytes(b"b" * 64 * 4096)  # fixed size: its bytes per page only fall
     children: list[subprocess.Popen[str]] = []
     current = {
@@ -79,8 +82,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     # the processes that replace them, started now: a restart is then a kill and a new pid,
     # at the time the test says even when a loaded machine starts Python slowly
     spare = {"worker-0": _start(children, alloc_mb=40), "worker-1": _start(children)}
-    sampler = ResourceSampler(lambda: current, {"store": store, "wal": wal, "bloom": bloom}, tmp / "samples.jsonl",
-                              detail=tmp / "detail.jsonl", detail_every=5)
+    dirs = {"store": store, "wal": wal, "bloom": bloom, "tiered": tiered}
+    sampler = ResourceSampler(lambda: current, dirs, tmp / "samples.jsonl", detail=tmp / "detail.jsonl", detail_every=5)
     result = Run(sampler, tmp / "samples.jsonl", tmp / "data", {k: [v] for k, v in current.items()})
     victim = children[2]
     try:
@@ -105,6 +108,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             # 100 pages stored per sample: 4 KiB each in store (flat per page), the WAL's
             # appends grow with time (its bytes per page climb)
             (store / f"seg-{i:04d}").write_bytes(b"p" * 100 * 4096)
+            (tiered / f"cold-{i:04d}").write_bytes(b"c" * 100 * 1024)
             with (wal / "wal.log").open("ab") as f:
                 f.write(b"w" * (i + 1) * 8192)
             i += 1
@@ -202,6 +206,9 @@ def test_flatness_flags_the_leak_and_passes_the_flat_and_restarted(run: Run) -> 
     assert (bloom["status"], bloom["ok"]) == ("bounded", True)  # not with the pages, and not growing
     assert bloom["bytes_per_page"] is not None and bloom["bytes_per_page"]["ratio"] is not None
     assert bloom["bytes_per_page"]["ratio"] < 0.9 and bloom["bytes"] is not None and bloom["bytes"]["ok"] is True
+    tiered = disks["tiered"]  # grows, slower than the pages: a fixed part spread over more of them
+    assert (tiered["status"], tiered["ok"]) == ("falls", True)
+    assert tiered["bytes"] is not None and tiered["bytes"]["ok"] is False
 
 
 def test_flatness_without_the_leaker_and_the_wal_is_ok(run: Run) -> None:
