@@ -280,9 +280,11 @@ def flatness(
       window holds none: a GC pause or a burst of connections is one sample, not a trend;
     * only the label's last process is compared (samples of the pids before it are left out):
       a restarted member's fresh process starts low and would hide a leak, or fake one. When
-      that process started after the mark, it is judged on its own life (its own mark and end
-      windows) if it lived at least ``min_life_fraction`` of the run, else reported as
-      "restarted" and not judged: an hour-old process is still filling its caches;
+      that process started after the mark, it is judged on its own life if it lived at least
+      ``min_life_fraction`` of the run, given the same warm-up as the first processes (its mark
+      is its start + ``warmup_fraction`` of the run: a member restarted at minute 28 of a
+      2-hour run filled its caches until minute ~50, session 23), else reported as "restarted"
+      and not judged: an hour-old process is still filling its caches;
     * descriptors may grow by ``fds_slack`` whatever the ratio: on a base of ~15 descriptors one
       more socket in a pool is +7%, which is load, not a leak (0 applies the bare ratio).
 
@@ -340,10 +342,9 @@ def _process_verdict(
     born = own[0][0]
     mark = t0 + warmup_fraction * span
     judged = True
-    if born > mark:  # restarted after the mark: the last process's own warmup and end
-        life = t1 - born
-        judged = life >= min_life_fraction * span
-        mark, span = born + warmup_fraction * life, life
+    if born > mark:  # restarted after the mark: the same warm-up as the first processes had
+        judged = t1 - born >= min_life_fraction * span
+        mark = born + warmup_fraction * span
     window = window_fraction * span
     rss = _growth([(t, p.rss_bytes) for t, p in own], mark, window, t1, limit, 0)
     fds = _growth([(t, p.fds) for t, p in own], mark, window, t1, limit, fds_slack)

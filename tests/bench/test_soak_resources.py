@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak.resources import ResourceSampler, Sample, dir_bytes, flatness, load_samples, process_detail
+from bench.soak.resources import (
+    ProcessSample,
+    ResourceSampler,
+    Sample,
+    dir_bytes,
+    flatness,
+    load_samples,
+    process_detail,
+)
 
 DURATION_S = 2.5
 INTERVAL_S = 0.08
@@ -288,3 +296,27 @@ def test_process_detail_counts_threads_by_name_and_descriptors_by_kind() -> None
         worker.join()
         a.close(), b.close(), os.close(r), os.close(w)
     assert process_detail(2**22 + 12345) == {"threads": {}, "fds": {}}  # no such process
+
+
+def test_a_member_restarted_mid_run_gets_the_same_warm_up_as_the_first() -> None:
+    """Session 23: a link extractor killed at minute 28 of 120 filled its caches until minute ~50,
+    as its peer had in the first 20 minutes. Judged from 20% of its own life (minute 46) it
+    "grew" 1.18x; given the run's 24 minutes of warm-up it is as flat as its peer."""
+    mb = 2**20
+
+    def rss(t: float, born: float) -> int:  # doubles over its first 24 minutes, then flat
+        return int((100 + 100 * min(1.0, (t - born) / (24 * 60))) * mb)
+
+    samples = []
+    for minute in range(121):
+        t = float(minute * 60)
+        restarted = minute >= 28
+        born = 28 * 60.0 if restarted else 0.0
+        samples.append(Sample(t, 1000 * (minute + 1), {
+            "peer": ProcessSample(1, rss(t, 0.0), 40, 10),
+            "member": ProcessSample(3 if restarted else 2, rss(t, born), 40, 10),
+        }))
+    member = flatness(samples)["processes"]["member"]
+    assert (member["status"], member["ok"], member["restarts"]) == ("flat", True, 1)
+    assert member["from_s"] == 28 * 60 + 24 * 60  # its start + 20% of the run
+    assert flatness(samples)["processes"]["peer"]["status"] == "flat"
