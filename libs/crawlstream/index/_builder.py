@@ -599,6 +599,7 @@ class IndexBuilder:
                         os.close(fd)
                 removed.append(v)
                 result.removed_versions.append(v.version)
+                self.progress()
             for name in orphans:
                 fd = try_lock_exclusive(idir / name / PIN_NAME)
                 if fd is None and (idir / name / PIN_NAME).exists():
@@ -612,10 +613,13 @@ class IndexBuilder:
             if removed:
                 write_manifest(idir.parent, Manifest(manifest.current_version, tuple(kept), manifest.parquet_root))
             # Lake files a compaction retired may go once no kept (or pinned) version uses them.
-            for rel in self.unused_retired(manifest.versions, kept):
+            unused = self.unused_retired(manifest.versions, kept)
+            self.progress()
+            for rel in unused:
                 with contextlib.suppress(FileNotFoundError):
                     self.lake_store.local_path(rel).unlink()
                     result.removed_lake_files.append(rel)
+                self.progress()
         logger.info("index gc: removed %s, pinned %s, %d lake files deleted",
                     result.removed_versions, result.pinned_versions, len(result.removed_lake_files))
         return result
