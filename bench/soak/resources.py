@@ -344,7 +344,8 @@ def _process_verdict(
     judged = True
     if born > mark:  # restarted after the mark: the same warm-up as the first processes had
         judged = t1 - born >= min_life_fraction * span
-        mark = born + warmup_fraction * span
+        # one too young to judge is reported over its own life (a mark past the end means nothing)
+        mark = born + warmup_fraction * (span if judged else t1 - born)
     window = window_fraction * span
     rss = _growth([(t, p.rss_bytes) for t, p in own], mark, window, t1, limit, 0)
     fds = _growth([(t, p.fds) for t, p in own], mark, window, t1, limit, fds_slack)
