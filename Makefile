@@ -8,10 +8,10 @@ DATA_DIR ?= ./data
 # Test processes for `make test` (pytest-xdist, one test file per worker at a time).
 TEST_WORKERS ?= 3
 
-.PHONY: run test test-slow repeat-faults soak bench lint venv kafka schema-registry deploy-tools s3 postgres chromium clean help
+.PHONY: run test test-durations test-slow repeat-faults soak bench lint venv kafka schema-registry deploy-tools s3 postgres chromium clean help
 
 help:
-	@echo "make run | test | test-slow | repeat-faults | soak | bench | lint | kafka | schema-registry | deploy-tools | s3 | postgres | chromium | clean"
+	@echo "make run | test | test-durations | test-slow | repeat-faults | soak | bench | lint | kafka | schema-registry | deploy-tools | s3 | postgres | chromium | clean"
 
 $(STAMP): requirements.lock pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 (or set PYTHON=...)"; exit 1; }
@@ -125,7 +125,13 @@ chromium:
 	fi
 
 test: $(STAMP) $(KAFKA_STAMP) $(SCHEMA_REGISTRY_STAMP) $(KUSTOMIZE) $(COMPOSE_SCHEMA) $(VERSITYGW) postgres chromium
-	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder --durations=25 --junitxml=test-artifacts/make-test.xml
+
+# The longest test files go first (tests/conftest.py); this records each file's seconds from the
+# last `make test` into tests/durations.json (checked in: CI runs from a fresh clone).
+test-durations:
+	$(BIN)/python tests/durations.py test-artifacts/make-test.xml
 
 test-slow: $(STAMP) $(KAFKA_STAMP) $(VERSITYGW)
 	$(BIN)/python -m pytest -q -m slow -p no:cacheprovider

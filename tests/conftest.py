@@ -3,6 +3,7 @@ Kafka broker and a real S3 server."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -21,6 +22,26 @@ REPO = Path(__file__).resolve().parents[1]
 def _shared_data_dir() -> Path:
     override = os.environ.get("CRAWLSTREAM_SHARED_DATA")
     return Path(override) if override else REPO.parent / "shared" / "data"
+
+
+def _file_seconds() -> dict[str, float]:
+    """tests/durations.json (written by `make test-durations`); empty if unreadable, since an
+    order is an optimisation, never a reason to fail a run."""
+    try:
+        data = json.loads((REPO / "tests" / "durations.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the longest files first: `--dist loadfile` hands out whole files in
+    collection order, and a four-minute file handed out last is the run's tail. The sort is
+    stable, so each file keeps its own order and files with no record keep theirs."""
+    if not hasattr(config, "workerinput"):
+        return
+    seconds = _file_seconds()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 @pytest.fixture(scope="session")
