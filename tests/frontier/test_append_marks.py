@@ -44,3 +44,18 @@ def test_the_log_keeps_only_recent_appends_once_it_is_large(tmp_path: Path) -> N
     assert kept[0] > 199 - 150  # the old ones went
     assert len(kept) >= 60  # the last minute stays whole
     assert marks.path_for(1).stat().st_size <= 3 * 4096
+
+
+def test_a_busy_partition_trims_less_often_without_letting_a_quiet_one_grow(tmp_path: Path) -> None:
+    """A partition whose last ``keep_s`` is larger than half the limit gets its own higher limit
+    (else it would rewrite its log on every append); the other partitions keep the configured one."""
+    now = [START_S]
+    marks = AppendMarks(tmp_path, keep_s=600, max_bytes=4096, clock=lambda: now[0])
+    for through in range(1, 400):  # busy: one append a second, all within keep_s
+        marks.record(1, through, [f"busy-{through}.example"])
+        now[0] += 1
+    assert marks.path_for(1).stat().st_size > 4096  # within keep_s: kept, under a raised limit
+    for through in range(1, 400):  # quiet: one append a minute, old ones past keep_s
+        marks.record(2, through, [f"quiet-{through}.example"])
+        now[0] += 60
+    assert marks.path_for(2).stat().st_size <= 4096 + 64

@@ -65,6 +65,7 @@ class AppendMarks:
         self.root = Path(root)
         self._keep_ms = int(keep_s * 1000)
         self._max_bytes = max_bytes
+        self._limits: dict[int, int] = {}  # a busy partition's own, above max_bytes
         self._clock = clock
         self._dirty: set[int] = set()
 
@@ -83,7 +84,7 @@ class AppendMarks:
         except OSError as exc:
             raise StorageUnavailable(f"cannot log an append to {path} ({exc})") from exc
         self._dirty.add(partition)
-        if size > self._max_bytes:
+        if size > self._limits.get(partition, self._max_bytes):
             self._trim(partition)
 
     def read(self, partition: int) -> list[AppendMark]:
@@ -126,8 +127,9 @@ class AppendMarks:
         kept = [m for m in marks if m.at_ms >= since] or marks[-1:]
         body = b"".join(_encode(m) for m in kept)
         write_atomically(self.path_for(partition), body)
-        if len(body) > self._max_bytes // 2:  # a busy partition: trim less often, not on every append
-            self._max_bytes = 2 * len(body)
+        # a partition busy enough to keep over half the limit trims at twice what it keeps, not
+        # on every append; the others keep the configured limit
+        self._limits[partition] = max(self._max_bytes, 2 * len(body))
 
 
 def _encode(mark: AppendMark) -> bytes:
