@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawlstream.durable import encode_frame, iter_frames, write_atomically
+from crawlstream.durable import FRAME_HEADER_SIZE, encode_frame, iter_frames, write_atomically
 from crawlstream.errors import StorageUnavailable
 from crawlstream.frontier._store import sync_files
 
@@ -87,24 +87,36 @@ class AppendMarks:
         if size > self._limits.get(partition, self._max_bytes):
             self._trim(partition)
 
-    def read(self, partition: int) -> list[AppendMark]:
-        """The frames of ``partition``'s log; a tail cut short by a crash is cut off the file, so
-        appends after it are not hidden behind it."""
+    def read(self, partition: int, after: int = -1) -> list[AppendMark]:
+        """The frames of ``partition``'s log whose ``through`` is past ``after`` (all by default);
+        only theirs are decoded, since a new owner looks for the few past the Redis mark among
+        up to megabytes of them. A tail cut short by a crash is cut off the file, so appends
+        after it are not hidden behind it."""
+        marks: list[AppendMark] = []
+        data, frames = self._frames(partition)
+        for through, at_ms, start, end in frames:
+            if through > after:
+                names = data[start + FRAME_HEADER_SIZE + _FIXED.size : end].decode()
+                marks.append(AppendMark(through, at_ms, tuple(names.split("\n")) if names else ()))
+        return marks
+
+    def _frames(self, partition: int) -> tuple[bytes, list[tuple[int, int, int, int]]]:
+        """The log's bytes and (through, at_ms, start, end) of each whole frame in them, the torn
+        tail cut off the file."""
         path = self.path_for(partition)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            return []
+            return b"", []
         except OSError as exc:
             raise StorageUnavailable(f"cannot read {path} ({exc})") from exc
-        marks: list[AppendMark] = []
+        frames: list[tuple[int, int, int, int]] = []
         end = 0
         for frame in iter_frames(data, min_size=_FIXED.size, max_size=_MAX_PAYLOAD):
             if not frame.intact:
                 break  # damage ends the good data, like a torn tail
             through, at_ms = _FIXED.unpack_from(frame.payload)
-            names = bytes(frame.payload[_FIXED.size :]).decode()
-            marks.append(AppendMark(through, at_ms, tuple(names.split("\n")) if names else ()))
+            frames.append((through, at_ms, frame.offset, frame.end))
             end = frame.end
         if end < len(data):
             logger.warning("%s: %d bytes after the last whole frame cut off", path, len(data) - end)
@@ -112,7 +124,7 @@ class AppendMarks:
                 os.truncate(path, end)
             except OSError as exc:
                 raise StorageUnavailable(f"cannot cut the torn tail of {path} ({exc})") from exc
-        return marks
+        return data, frames
 
     def sync(self) -> None:
         """fsync the logs appended to since the last call, after the frontier files (a mark on
@@ -122,10 +134,11 @@ class AppendMarks:
 
     def _trim(self, partition: int) -> None:
         """Rewrite the log with the frames of the last ``keep_s`` (at least the last frame)."""
-        marks = self.read(partition)
+        data, frames = self._frames(partition)
         since = int(self._clock() * 1000) - self._keep_ms
-        kept = [m for m in marks if m.at_ms >= since] or marks[-1:]
-        body = b"".join(_encode(m) for m in kept)
+        kept = [(start, end) for _, at_ms, start, end in frames if at_ms >= since] or [f[2:] for f in frames[-1:]]
+        # whole frames copied as they are: nothing decoded or encoded again
+        body = b"".join(data[start:end] for start, end in kept)
         write_atomically(self.path_for(partition), body)
         # a partition busy enough to keep over half the limit trims at twice what it keeps, not
         # on every append; the others keep the configured limit

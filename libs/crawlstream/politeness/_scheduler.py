@@ -376,7 +376,7 @@ class Scheduler:
         keys = PartitionKeys(partition)
         try:
             recorded = as_int(self.redis.get(keys.appended))
-            lost = [m for m in self.marks.read(partition) if m.through > recorded]
+            lost = self.marks.read(partition, after=recorded)
             if not lost:
                 return recorded
             domains = sorted({d for m in lost for d in m.domains})
