@@ -4,6 +4,9 @@ by a producer with the same transactional.id) leaves neither for a read_committe
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import socket
 import threading
 import time
 import uuid
@@ -16,7 +19,7 @@ import pytest
 from crawlstream.bus import EmbeddedBus, KafkaBus, TopicPartition
 from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.devtools.localkafka import LocalKafka
-from crawlstream.errors import ConfigError
+from crawlstream.errors import BusUnavailable, ConfigError
 
 pytestmark = pytest.mark.kafka
 
@@ -180,3 +183,86 @@ def test_offsets_an_open_transaction_holds_are_waited_for_not_read_as_none(bus: 
     assert answers == [{TopicPartition(source, 0): 5}]
     member.close()
     producer.close()
+
+
+def _librdkafka_threads() -> int:
+    """librdkafka's own threads in this process (it names them ``rdk:...``)."""
+    count = 0
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        with contextlib.suppress(OSError):
+            count += comm.read_text().startswith("rdk:")
+    return count
+
+
+def test_a_producer_whose_init_timed_out_leaves_no_client_to_fence_its_successor() -> None:
+    """``init_transactions`` timing out (no coordinator) raises ``BusUnavailable`` and the host
+    builds a producer with the same transactional.id. librdkafka goes on initialising the first
+    client in the background, and an exception's frames keep it alive until a garbage
+    collection: session 23's soak saw it take its epoch after its successor and fence it, which
+    crashed the deduper. The failed producer's client must be gone when the error is raised."""
+    with socket.socket() as sock:  # a port nothing listens on: the coordinator is never found
+        sock.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{sock.getsockname()[1]}"
+    dead = KafkaBus(nowhere, linger_ms=1, transaction_timeout_s=1.5)
+
+    def build() -> str:
+        try:
+            dead.transactional_producer("t-init-timeout")
+        except BusUnavailable as exc:  # dropped here, as the service host drops it
+            return str(exc)
+        return "built"
+
+    before = _librdkafka_threads()
+    gc.disable()  # a collection would hide the leak: the cycle is freed only by one
+    try:
+        assert "init_transactions" in build()
+        assert _librdkafka_threads() == before
+    finally:
+        gc.enable()
+        dead.close()
+
+
+def test_a_fenced_producer_fails_its_sends_as_bus_unavailable(bus: KafkaBus) -> None:
+    """A newer producer with the same transactional.id fences the old one; the old one's
+    delivery reports then carry a fatal error. Whatever confluent-kafka raises while serving them
+    (a ``KafkaException``, or a ``SystemError`` when a callback ran with one already set, which
+    crashed the deduper twice in session 23's soak), the caller sees ``BusUnavailable`` and
+    rebuilds, and nothing the fenced producer sent is ever read."""
+    topic = f"txn-fenced-{uuid.uuid4().hex[:8]}"
+    bus.create_topics([topic], PARTITIONS)
+    old = bus.transactional_producer(f"t-{topic}")
+    old.produce(topic, b"before", partition=0)
+    new = bus.transactional_producer(f"t-{topic}")
+    with pytest.raises(BusUnavailable):
+        for n in range(200):  # the fence shows on a delivery report, served by a later call
+            old.produce(topic, b"after-%d" % n, partition=n % PARTITIONS)
+            old.flush(1.0)
+    old.close()
+    new.produce(topic, b"successor", partition=1)
+    new.flush(10.0)
+    new.commit_transaction({}, bus.consumer(f"g-{topic}"))
+    new.close()
+    assert _values(bus, topic, settle_s=3.0) == [b"successor"]
+
+
+def test_a_system_error_over_a_kafka_error_is_bus_unavailable_and_any_other_is_not() -> None:
+    """confluent-kafka chains the callback's ``KafkaException`` to the ``SystemError``."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from crawlstream.bus._kafka_support import serving_callbacks
+
+    def fenced() -> int:
+        try:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+        except KafkaException as exc:
+            raise SystemError("<method 'code'> returned a result with an exception set") from exc
+
+    with pytest.raises(BusUnavailable, match="fenced by a newer instance") as caught:
+        serving_callbacks(fenced, "flush")
+    assert isinstance(caught.value.__cause__, KafkaException)
+
+    def broken() -> int:
+        raise SystemError("a bug of our own")
+
+    with pytest.raises(SystemError, match="a bug of our own"):
+        serving_callbacks(broken, "flush")

@@ -31,7 +31,13 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from crawlstream.bus._base import Bus, Producer, TransactionalProducer
 from crawlstream.bus._kafka_config import parse_kafka_extra_config, scope_kafka_extra_config
 from crawlstream.bus._kafka_consumer import COOPERATIVE, RANGE, KafkaConsumer
-from crawlstream.bus._kafka_support import METADATA_TIMEOUT_S, WarnOnce, partitions_in_metadata, retrying
+from crawlstream.bus._kafka_support import (
+    METADATA_TIMEOUT_S,
+    WarnOnce,
+    partitions_in_metadata,
+    retrying,
+    serving_callbacks,
+)
 from crawlstream.bus._topic_policy import TopicPolicy
 from crawlstream.errors import BusUnavailable, ConfigError
 
@@ -121,16 +127,13 @@ class KafkaProducer(Producer):
                         f"{_QUEUE_FULL_TIMEOUT_S:.0f}s; the Kafka cluster is not acknowledging "
                         "messages; check the brokers"
                     ) from None
-                self._producer.poll(0.05)
+                serving_callbacks(lambda: self._producer.poll(0.05), f"serving deliveries to {topic!r}")
             except KafkaException as exc:
                 raise BusUnavailable(f"produce to {topic!r} partition {partition} failed: {exc}") from exc
-        self._producer.poll(0)
+        serving_callbacks(lambda: self._producer.poll(0), f"serving deliveries to {topic!r}")
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        try:
-            remaining = self._producer.flush(timeout_s)
-        except KafkaException as exc:
-            raise BusUnavailable(f"flush failed: {exc}") from exc
+        remaining = serving_callbacks(lambda: self._producer.flush(timeout_s), "flush")
         if self._first_failure is not None:
             topic, partition, err = self._first_failure
             raise BusUnavailable(

@@ -44,6 +44,22 @@ _COMMIT_RETRY_S = 60.0
 T = TypeVar("T")
 
 
+def serving_callbacks(call: Callable[[], T], what: str) -> T:
+    """``call()``, a producer's poll or flush (which run its delivery callbacks), failing only as
+    ``BusUnavailable``: a ``KafkaException`` (a fatal error, such as a transactional producer
+    fenced), or the ``SystemError`` confluent-kafka raises when a callback ran while such an
+    exception was already set (session 23's soak: the deduper's process died of one twice)."""
+    try:
+        return call()
+    except KafkaException as exc:
+        raise BusUnavailable(f"{what} failed: {exc}") from exc
+    except SystemError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if not isinstance(cause, KafkaException):
+            raise
+        raise BusUnavailable(f"{what} failed: {cause}") from cause
+
+
 def _retriable(err: Any) -> bool:
     return isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT_ERRORS)
 

@@ -61,7 +61,15 @@ class KafkaTransactionalProducer(KafkaProducer, TransactionalProducer):
         self._timeout_s = timeout_s
         self._open = False
         self._wedged = False
-        self._call(lambda t: self._producer.init_transactions(t), "init_transactions", abortable=False)
+        try:
+            self._call(lambda t: self._producer.init_transactions(t), "init_transactions", abortable=False)
+        except BusUnavailable:
+            # librdkafka goes on initialising after the call times out ("retry call to resume"):
+            # a client left alive (an exception's frames keep it in a cycle until a collection)
+            # could take its epoch after the successor built with the same id, and fence it
+            # (session 23's soak, twice). ``ClientWedged`` passes: releasing would wait on the call.
+            self._release()
+            raise
 
     @property
     def in_transaction(self) -> bool:
@@ -78,10 +86,7 @@ class KafkaTransactionalProducer(KafkaProducer, TransactionalProducer):
         timestamp_ms: int | None = None,
     ) -> None:
         self._begin()
-        try:
-            super().produce(topic, value, partition=partition, key=key, headers=headers, timestamp_ms=timestamp_ms)
-        except KafkaException as exc:  # the delivery-report poll of a fenced producer
-            raise BusUnavailable(f"produce to {topic!r} ({self.transactional_id}) failed: {exc}") from exc
+        super().produce(topic, value, partition=partition, key=key, headers=headers, timestamp_ms=timestamp_ms)
 
     def _begin(self) -> None:
         if self._open:
