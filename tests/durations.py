@@ -14,6 +14,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
+from crawlstream.durable import write_atomically
+
 REPO = Path(__file__).resolve().parents[1]
 DURATIONS = REPO / "tests" / "durations.json"
 
@@ -49,7 +51,7 @@ def main(argv: list[str]) -> int:
         return 2
     totals = from_junit(report)
     ordered = dict(sorted(((k, round(v, 1)) for k, v in totals.items()), key=lambda kv: -kv[1]))
-    DURATIONS.write_text(json.dumps(ordered, indent=0) + "\n")
+    write_atomically(DURATIONS, (json.dumps(ordered, indent=0) + "\n").encode())
     print(f"{DURATIONS.relative_to(REPO)}: {len(ordered)} files, {sum(ordered.values()):.0f} s")
     return 0
 

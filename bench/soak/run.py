@@ -388,7 +388,7 @@ def run_soak(cfg: SoakConfig) -> dict[str, Any]:
         lag={g: [(t - t0, lag[g]) for t, lag in soak.lag_by_group if g in lag] for g in groups},
         title=f"crawlstream soak: {cfg.minutes:g} min, seed {cfg.seed}, {len(soak.faults)} faults",
     )
-    summary["plot"] = str(plot_path)
+    summary["plot"] = plot_path.name  # beside this summary: a run dir can be moved or copied whole
     # Flatness needs a run long enough to leave its warm-up behind (the crawl ramps up over
     # minutes): judged from FLAT_MIN_MINUTES on, reported always.
     summary["resources_judged"] = cfg.minutes >= FLAT_MIN_MINUTES

@@ -240,7 +240,9 @@ def test_a_fenced_producer_fails_its_sends_as_bus_unavailable(bus: KafkaBus) -> 
     old.close()
     new.produce(topic, b"successor", partition=1)
     new.flush(10.0)
-    new.commit_transaction({}, bus.consumer(f"g-{topic}"))
+    group = bus.consumer(f"g-{topic}")
+    new.commit_transaction({}, group)
+    group.close()
     new.close()
     assert _values(bus, topic, settle_s=3.0) == [b"successor"]
 

@@ -45,6 +45,6 @@ def test_a_three_minute_soak_under_chaos_loses_duplicates_and_violates_nothing(t
     assert summary["client"]["walks"] > 0 and summary["client"]["bad_walks"] == 0, shown
     wind_down = summary["wind_down"]
     assert all(wind_down[step] for step in ("faults_undone", "requests_fetched", "drained", "staging_published")), shown
-    assert Path(summary["plot"]).stat().st_size > 10_000
+    assert (cfg.root / summary["plot"]).stat().st_size > 10_000
     assert (cfg.root / "faults.jsonl").read_text().count('"event": "start"') == summary["faults"]["total"]
     assert summary["ok"], shown
