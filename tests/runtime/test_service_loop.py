@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -59,22 +60,28 @@ def _url(n: int, domain: str = "example.com") -> DiscoveredUrl:
     )
 
 
-def _send(bus: Bus, codec: EventCodec, events: list[DiscoveredUrl]) -> None:
+def _send(bus: Bus, codec: EventCodec, events: list[DiscoveredUrl], topic: str = SOURCE) -> None:
     producer = bus.producer()
     sender = EventProducer(producer, codec)
     for event in events:
-        sender.send(SOURCE, event)
+        sender.send(topic, event)
     sender.flush()
     producer.close()
 
 
 def _loop(
-    bus: Bus, codec: EventCodec, handler: EventHandler, group: str = "svc", batch_size: int = 100, **kw: Any
+    bus: Bus,
+    codec: EventCodec,
+    handler: EventHandler,
+    group: str = "svc",
+    batch_size: int = 100,
+    topic: str = SOURCE,
+    **kw: Any,
 ) -> ServiceLoop:
     return ServiceLoop(
         service="test",
         consumer=bus.consumer(group),
-        topics=[SOURCE],
+        topics=[topic],
         codec=codec,
         handler=handler,
         dlq_producer=bus.producer(),
@@ -102,43 +109,46 @@ def _read_all(bus: Bus, topic: str, count: int) -> list[Message]:
     return out
 
 
-def _committed(bus: Bus, partition: int) -> int | None:
+def _committed(bus: Bus, partition: int, topic: str = SOURCE) -> int | None:
     consumer = bus.consumer("svc")
     try:
-        return consumer.committed([TopicPartition(SOURCE, partition)])[TopicPartition(SOURCE, partition)]
+        return consumer.committed([TopicPartition(topic, partition)])[TopicPartition(topic, partition)]
     finally:
         consumer.close()
 
 
 def test_corrupt_message_goes_to_dlq_with_headers_and_the_loop_commits_past_it(any_bus: Bus, codec: EventCodec) -> None:
-    bus = any_bus
+    # A topic of its own: the Kafka broker is the session's, where other tests write to the
+    # crawl's topics (a fresh group would read their events from the earliest offset too).
+    bus, source = any_bus, f"{SOURCE}.{uuid.uuid4().hex[:8]}"
     partition = partition_for("example.com", 4)
-    _send(bus, codec, [_url(1)])
+    _send(bus, codec, [_url(1)], source)
     producer = bus.producer()
-    producer.produce(SOURCE, b"\x00\x00\x00\x00\x01garbage!", partition=partition, key=b"example.com")
+    producer.produce(source, b"\x00\x00\x00\x00\x01garbage!", partition=partition, key=b"example.com")
     producer.flush()
     producer.close()
-    _send(bus, codec, [_url(2)])
+    _send(bus, codec, [_url(2)], source)
 
     handler = RecordingHandler()
     registry = CollectorRegistry()
-    with _loop(bus, codec, handler, registry=registry, clock_ms=lambda: 1234) as loop:
+    with _loop(bus, codec, handler, registry=registry, clock_ms=lambda: 1234, topic=source) as loop:
         _run_until(loop, lambda: len(handler.handled) == 2)
         assert [e.url_key for e in handler.handled] == [1, 2]
-        assert _committed(bus, partition) == 3
+        assert _committed(bus, partition, source) == 3
 
-    (dead,) = _read_all(bus, DLQ, 1)
+    dlq = topics.dlq_topic(source)
+    (dead,) = _read_all(bus, dlq, 1)
     assert dead.value == b"\x00\x00\x00\x00\x01garbage!"
     assert dead.key == b"example.com"
-    assert dead.partition == partition % bus.partition_count(DLQ)
+    assert dead.partition == partition % bus.partition_count(dlq)
     headers = dict(dead.headers)
     assert headers["error_type"] == b"EventDecodeError"
     assert b"does not match schema id 1" in headers["error"]
-    assert headers["source_topic"] == SOURCE.encode()
+    assert headers["source_topic"] == source.encode()
     assert headers["source_partition"] == str(partition).encode()
     assert headers["source_offset"] == b"1"
     assert headers["failed_at_ms"] == b"1234"
-    labels = {"service": "test", "topic": SOURCE}
+    labels = {"service": "test", "topic": source}
     assert registry.get_sample_value("crawlstream_events_processed_total", labels) == 2
     assert (
         registry.get_sample_value(
