@@ -62,3 +62,45 @@ def test_a_zero_interval_starts_no_thread_and_a_trim_never_raises() -> None:
     assert trimmer._thread is None
     trimmer.stop()
     assert release_free_memory(collect=True) in (True, False)
+
+
+# Sixteen threads allocating at once in a fresh process, then the arenas glibc made for them,
+# counted from malloc_info's report (one <heap nr=...> per arena).
+ARENAS = """
+import ctypes, ctypes.util, json, os, re, sys, tempfile, threading
+from crawlstream.runtime import limit_malloc_arenas
+took = limit_malloc_arenas(int(sys.argv[1]))
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+malloc, free = libc.malloc, libc.free
+malloc.restype, malloc.argtypes, free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+start = threading.Barrier(16)
+def work():
+    start.wait()
+    for _ in range(200):
+        free(malloc(4096))
+threads = [threading.Thread(target=work) for _ in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+libc.fclose.argtypes, libc.malloc_info.argtypes = [ctypes.c_void_p], [ctypes.c_int, ctypes.c_void_p]
+path = os.path.join(tempfile.mkdtemp(), "malloc_info.xml")
+fh = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, fh)
+libc.fclose(fh)
+print(json.dumps({"took": took, "arenas": len(re.findall(r'<heap nr="\\d+">', open(path).read()))}))
+"""
+
+
+def _arenas(limit: int) -> dict[str, int]:
+    command = [sys.executable, "-c", ARENAS, str(limit)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@glibc
+def test_the_arena_limit_keeps_many_threads_in_few_arenas() -> None:
+    """Session 24's link extractors held ~14 arenas (librdkafka's and Arrow's threads) and crept:
+    holes freed in one arena are not reused by another."""
+    default, capped = _arenas(0), _arenas(2)
+    assert default["took"] == 0 and default["arenas"] > 4, default  # one per thread, up to 8 per core
+    assert capped["took"] == 1 and capped["arenas"] <= 2, capped

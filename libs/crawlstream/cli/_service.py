@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from crawlstream.logs import set_default_service
 from crawlstream.metrics import metrics_port, serve_metrics
 from crawlstream.roles import SERVICE_NAMES, role
+from crawlstream.runtime import limit_malloc_arenas
 from crawlstream.settings import Settings, describe
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    # First: glibc fixes its arena limit when the first thread (the metrics server's) allocates.
+    limit_malloc_arenas(settings.memory_malloc_arenas)
     module = role(args.name).module()
     set_default_service(args.name)
     logger.info("starting service %s with %s", args.name, describe(settings))

@@ -13,6 +13,7 @@ from crawlstream.runtime._host import (
     run_standalone,
 )
 from crawlstream.runtime._loop import EventHandler, Flushable, LoopMetrics, LoopService, ServiceLoop
+from crawlstream.runtime._memory import limit_malloc_arenas
 
 __all__ = [
     "EVENT_LOOPS",
@@ -28,6 +29,7 @@ __all__ = [
     "event_loop_name",
     "freeze_startup_objects",
     "install_stop_signals",
+    "limit_malloc_arenas",
     "new_event_loop",
     "open_host",
     "run_standalone",

@@ -692,6 +692,12 @@ class Settings:
         "batches; 0 = never (ADR 034, session 22)",
         check=non_negative,
     )
+    memory_malloc_arenas: int = setting(
+        2,
+        "`crawlstream service`: at most this many glibc malloc arenas (M_ARENA_MAX), not one per "
+        "thread; 0 = glibc's 8 per core (ADR 034, session 25)",
+        check=non_negative,
+    )
     bus: BusSettings = field(default_factory=BusSettings)
     dedupe: DedupeSettings = field(default_factory=DedupeSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
