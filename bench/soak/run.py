@@ -463,7 +463,7 @@ def main(argv: list[str]) -> int:
         interval = (float(lo), float(hi or lo))
     except ValueError:
         parser.error(f"--interval: expected MIN-MAX seconds, found {args.interval!r}")
-    root = args.dir or Path(tempfile.mkdtemp(prefix="soak-"))
+    root = (args.dir or Path(tempfile.mkdtemp(prefix="soak-"))).absolute()  # every server is given it
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         filename=str(root / "soak.log") if root.exists() or root.mkdir(parents=True) is None else None)
     domains = args.domains or max(60, int(DOMAINS_PER_MINUTE * args.minutes))

@@ -220,8 +220,8 @@ class LocalRedis:
     a restart on the same directory brings the rest back."""
 
     def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.socket = directory / "redis.sock"
+        self.directory = directory.absolute()  # redis-server changes into it before opening its log
+        self.socket = self.directory / "redis.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
