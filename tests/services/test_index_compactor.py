@@ -109,6 +109,44 @@ def test_a_long_tick_beats_the_heartbeat_as_it_goes(tmp_path: Path) -> None:
     assert max(gaps) < (ended - started) / 4, gaps
 
 
+def test_a_stop_mid_compaction_returns_after_the_partition_in_hand(tmp_path: Path) -> None:
+    """Session 25's soak: SIGTERM came during a compaction of ~250 lake partitions, which went
+    on to the end (30 s, then the deployment's SIGKILL). The stop is now checked at each beat:
+    the pass ends after the partition in hand, what it published stays, the index still answers
+    from its last version, and the next run compacts the rest."""
+    domains = [f"site{i}.example" for i in range(120)]
+    for flush in range(3):
+        write_files(tmp_path, [f"https://www.{d}/p/{flush}" for d in domains])
+    IndexBuilder(tmp_path).build()  # a version to answer from before the compaction
+    compactor: IndexCompactor | None = None
+    beats = 0
+
+    def beat() -> None:  # SIGTERM's handler runs stop() in the middle of the pass
+        nonlocal beats
+        beats += 1
+        if beats == 3 and compactor is not None:
+            compactor.stop()
+
+    compactor = IndexCompactor(IndexBuilder(tmp_path), interval_s=60, compact_min_files=2, heartbeat=beat)
+    thread = threading.Thread(target=compactor.run)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert compactor.ticks == 0, "the stopped tick did not complete"
+    assert beats <= 4, beats
+    compacted = list((tmp_path / "urls").rglob("part-c-*.parquet"))
+    prefixes = len({p.parent.name for p in (tmp_path / "urls").rglob("*.parquet")})
+    assert 1 <= len(compacted) <= 3 < prefixes, (len(compacted), prefixes)  # the partitions before the stop
+    assert served_urls(tmp_path, "site7.example", 3)[0] == 3
+    compactor.close()
+
+    again = IndexCompactor(IndexBuilder(tmp_path), interval_s=60, compact_min_files=2)
+    tick = again.run_once()
+    assert tick.compaction is not None and max_live_files_per_partition(again._builder) == 1
+    assert all(served_urls(tmp_path, d, 3)[0] == 3 for d in domains)
+    again.close()
+
+
 def test_a_build_killed_every_tick_does_not_starve_the_compaction(tmp_path: Path) -> None:
     """Session 23's 2-hour soak: the compaction ran after the build in each tick, so four build
     kills in 31 minutes (builds of minutes over thousands of small files) kept the lake from being
