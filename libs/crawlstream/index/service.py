@@ -64,6 +64,7 @@ from crawlstream.settings import Settings
 
 logger = logging.getLogger(__name__)
 
+
 class _TickStopped(Exception):
     """Raised at a tick's step once ``stop`` was called: the tick ends after the step in hand."""
 
