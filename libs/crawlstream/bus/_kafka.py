@@ -127,13 +127,13 @@ class KafkaProducer(Producer):
                         f"{_QUEUE_FULL_TIMEOUT_S:.0f}s; the Kafka cluster is not acknowledging "
                         "messages; check the brokers"
                     ) from None
-                serving_callbacks(lambda: self._producer.poll(0.05), f"serving deliveries to {topic!r}")
+                serving_callbacks(self._producer.poll, "serving delivery reports", 0.05)
             except KafkaException as exc:
                 raise BusUnavailable(f"produce to {topic!r} partition {partition} failed: {exc}") from exc
-        serving_callbacks(lambda: self._producer.poll(0), f"serving deliveries to {topic!r}")
+        serving_callbacks(self._producer.poll, "serving delivery reports", 0)
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        remaining = serving_callbacks(lambda: self._producer.flush(timeout_s), "flush")
+        remaining = serving_callbacks(self._producer.flush, "flush", timeout_s)
         if self._first_failure is not None:
             topic, partition, err = self._first_failure
             raise BusUnavailable(

@@ -44,13 +44,14 @@ _COMMIT_RETRY_S = 60.0
 T = TypeVar("T")
 
 
-def serving_callbacks(call: Callable[[], T], what: str) -> T:
-    """``call()``, a producer's poll or flush (which run its delivery callbacks), failing only as
-    ``BusUnavailable``: a ``KafkaException`` (a fatal error, such as a transactional producer
+def serving_callbacks(call: Callable[..., T], what: str, *args: Any) -> T:
+    """``call(*args)``, a producer's poll or flush (which run its delivery callbacks), failing only
+    as ``BusUnavailable``: a ``KafkaException`` (a fatal error, such as a transactional producer
     fenced), or the ``SystemError`` confluent-kafka raises when a callback ran while such an
-    exception was already set (session 23's soak: the deduper's process died of one twice)."""
+    exception was already set (session 23's soak: the deduper's process died of one twice).
+    Arguments rather than a closure, and a fixed ``what``: every produce polls."""
     try:
-        return call()
+        return call(*args)
     except KafkaException as exc:
         raise BusUnavailable(f"{what} failed: {exc}") from exc
     except SystemError as exc:
