@@ -27,6 +27,7 @@ import gc
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["MemoryTrimmer", "limit_malloc_arenas", "release_free_memory"]
 
@@ -36,37 +37,24 @@ logger = logging.getLogger(__name__)
 M_ARENA_MAX = -8  # glibc's malloc.h
 
 
-def _load_libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
+def _glibc_function(name: str, argtypes: list[Any]) -> Any:
+    """glibc's ``name`` typed to return an int, or None off glibc (no ``malloc_trim`` there)."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
         return None
     try:
-        return ctypes.CDLL(name)
+        libc = ctypes.CDLL(libc_name)
     except OSError:
         return None
-
-
-def _load_malloc_trim(libc: ctypes.CDLL | None) -> Callable[[int], int] | None:
-    trim = getattr(libc, "malloc_trim", None)  # absent: not glibc
-    if trim is None:
+    function = getattr(libc, name, None)
+    if function is None or getattr(libc, "malloc_trim", None) is None:
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes, function.restype = argtypes, ctypes.c_int
+    return function
 
 
-def _load_mallopt(libc: ctypes.CDLL | None) -> Callable[[int, int], int] | None:
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None or getattr(libc, "malloc_trim", None) is None:  # M_ARENA_MAX is glibc's
-        return None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return mallopt
-
-
-_libc = _load_libc()
-_malloc_trim = _load_malloc_trim(_libc)
-_mallopt = _load_mallopt(_libc)
+_malloc_trim: Callable[[int], int] | None = _glibc_function("malloc_trim", [ctypes.c_size_t])
+_mallopt: Callable[[int, int], int] | None = _glibc_function("mallopt", [ctypes.c_int, ctypes.c_int])
 
 
 def limit_malloc_arenas(count: int) -> bool:
