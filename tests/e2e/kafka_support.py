@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -54,6 +55,7 @@ from crawlstream.devtools.deployment import (
     wait_until,
     web_inputs,
 )
+from crawlstream.devtools.localkafka import LocalKafka
 from crawlstream.events import EventCodec, FetchResult
 from crawlstream.index import IndexBuilder
 from crawlstream.politeness import Scheduler
@@ -75,12 +77,40 @@ DEPLOYMENT = MEMBERS
 logger = logging.getLogger(__name__)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float, processes: Sequence[ServiceProcess]) -> None:
-    """``wait_until``, failing the test (with the processes' logs) instead of raising."""
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float,
+    processes: Sequence[ServiceProcess],
+    kafka: LocalKafka | None = None,
+) -> None:
+    """``wait_until``, failing the test (with the processes' logs) instead of raising; with
+    ``kafka``, its brokers' last warnings come first (CI keeps the head of a long failure)."""
     try:
         wait_until(condition, what, timeout_s, processes)
     except DeploymentError as exc:
-        pytest.fail(str(exc))
+        pytest.fail((broker_warnings(kafka) if kafka is not None else "") + str(exc))
+
+
+_BROKER_NEWS = re.compile(r"\] (WARN|ERROR) |Initialized transactionalId|[Aa]bort|[Rr]ollback|[Tt]imed out|Fencing")
+_BROKER_NOISE = "Auto topic creation failed"  # every client's first metadata request on a fresh cluster
+
+
+def broker_warnings(kafka: LocalKafka, lines: int = 12, width: int = 240) -> str:
+    """Each broker's last warnings and transaction events (server.log), cut to ``width``: what
+    the brokers saw (a producer fenced, a transaction aborted) when the services stopped moving."""
+    out = []
+    for node in kafka.node_ids:
+        path = kafka.log_file(node)
+        text = path.read_text(errors="replace") if path.exists() else ""
+        found = [
+            line[:width]
+            for line in text.splitlines()  # a logged line starts with its time; a config dump's are indented
+            if line.startswith("[") and _BROKER_NEWS.search(line) and _BROKER_NOISE not in line
+        ]
+        out.append(f"--- broker {node}: last {min(lines, len(found))} of {len(found)} warnings and txn events ---\n")
+        out.extend(f"{line}\n" for line in found[-lines:])
+    return "".join(out)
 
 
 @contextmanager
@@ -258,7 +288,8 @@ def crawled(
             for name, count in DEPLOYMENT.items():
                 for i in range(count):
                     processes.append(ServiceProcess.start(name, env, root / f"{name}-{i}.log"))
-            wait_for(lambda: groups_assigned(processes), "each group owns its partitions", START_TIMEOUT_S, processes)
+            wait_for(lambda: groups_assigned(processes), "each group owns its partitions", START_TIMEOUT_S, processes,
+                     where.kafka)
             ownership = {n: [p.owned() for p in processes if p.name == n] for n in DEPLOYMENT}
 
             started = time.monotonic()
@@ -278,7 +309,7 @@ def crawled(
             alive = [p for p in processes if p not in (mid_crawl.ended if mid_crawl else [])]
             drained = drained_check(bus, settings, where.redis, list(DEPLOYMENT))
             try:
-                wait_for(drained, "the crawl drained", CRAWL_TIMEOUT_S, alive)
+                wait_for(drained, "the crawl drained", CRAWL_TIMEOUT_S, alive, where.kafka)
             finally:
                 drained.close()  # type: ignore[attr-defined]
             logger.info("%s: drained %.1f s after seeding", root.name, time.monotonic() - started)
@@ -362,4 +393,4 @@ def read_topic(bus: KafkaBus, topic: str) -> list[Message]:
 
 def wait_for_pages(where: Deployment, processes: Sequence[ServiceProcess], count: int, what: str) -> None:
     """Until the web has served ``count`` pages (robots.txt aside)."""
-    wait_for(lambda: len(page_requests(where.web.requests())) >= count, what, CRAWL_TIMEOUT_S, processes)
+    wait_for(lambda: len(page_requests(where.web.requests())) >= count, what, CRAWL_TIMEOUT_S, processes, where.kafka)

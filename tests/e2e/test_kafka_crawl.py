@@ -278,7 +278,8 @@ class KillACompressorThenAddOne:
         alive = [p for p in processes if p is not victim]
         every = {TopicPartition(FETCH_RESULTS, i) for i in range(PARTITIONS)}
         # its log's "assigned" lines name the victim's partitions once the group has moved them
-        wait_for(lambda: survivor.owned() == every, "the survivor holds every partition", START_TIMEOUT_S, alive)
+        wait_for(lambda: survivor.owned() == every, "the survivor holds every partition", START_TIMEOUT_S, alive,
+                 where.kafka)
         self.taken_over_ms = int(time.time() * 1000)
         before = len(page_requests(where.web.requests()))
         # capped: every reachable page is requested at least once, however far the crawl got
