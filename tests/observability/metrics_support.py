@@ -57,6 +57,10 @@ STORE_FAMILIES = {
     "crawlstream_store_raw_bytes",
     "crawlstream_store_ratio",
     "crawlstream_store_urls",
+    "crawlstream_store_codec_cache_bytes",
+    "crawlstream_store_codec_cache_entries",
+    "crawlstream_store_codec_cache_budget_bytes",
+    "crawlstream_store_codec_cache_evictions",
 }
 INDEX_FAMILIES = {
     "crawlstream_index_version",

@@ -35,6 +35,7 @@ from crawlstream.roles import SERVICE_NAMES
 from crawlstream.runtime import open_host
 from crawlstream.settings import load
 from crawlstream.store import ContentStore, StoreStats
+from crawlstream.store._codec_cache import CodecCache
 
 
 def test_every_service_has_its_own_default_port_and_run_has_none() -> None:
@@ -175,6 +176,24 @@ def test_store_sizes_are_read_at_most_once_per_interval_and_not_after_the_store_
         metrics.watch(None)
         store.close()
     assert not _store_sizes(registry).select("crawlstream_store_urls")
+
+
+def test_the_codec_cache_is_served_as_held_bytes_entries_budget_and_evictions() -> None:
+    """A bucket compressor's codec cache fills towards its budget as domains get dictionaries:
+    served, so a memory curve that climbs can be read against it (a cache filling, or not)."""
+    registry = CollectorRegistry()
+    metrics = per_registry(StoreMetrics, registry)
+    cache = CodecCache(budget_bytes=1000)
+    metrics.watch_codec_cache(cache)
+    for domain in ("a.example", "b.example", "c.example"):
+        cache.get(domain, lambda: (object(), 400))
+    s = parse(generate_latest(registry).decode())
+    assert s.total("crawlstream_store_codec_cache_bytes") == 800  # the third pushed the first out
+    assert s.total("crawlstream_store_codec_cache_entries") == 2
+    assert s.total("crawlstream_store_codec_cache_budget_bytes") == 1000
+    assert s.total("crawlstream_store_codec_cache_evictions_total") == 1
+    metrics.watch_codec_cache(None)
+    assert not parse(generate_latest(registry).decode()).select("crawlstream_store_codec_cache_bytes")
 
 
 def test_the_ratio_per_tier_is_raw_bytes_over_live_segment_bytes() -> None:

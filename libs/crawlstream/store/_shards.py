@@ -151,6 +151,11 @@ class ShardedStore:
     # ------------------------------------------------------------------ ownership
 
     @property
+    def codec_cache(self) -> CodecCache:
+        """The zstd dictionaries and contexts every shard of this process shares (one budget)."""
+        return self._codec_cache
+
+    @property
     def owned(self) -> frozenset[int]:
         """The checksums this process may write."""
         return frozenset(self._owned)

@@ -252,6 +252,7 @@ def build(host: Host) -> LoopService:
 
     def close() -> None:
         metrics.watch(None)
+        metrics.watch_codec_cache(None)
         if maintainer is not None:
             maintainer.stop()
         save_stats()  # when the consumer's close did not revoke first (the embedded log)
@@ -260,6 +261,7 @@ def build(host: Host) -> LoopService:
     if maintainer is not None:
         maintainer.start()
     metrics.watch(store.stats, settings.metrics.store_interval_s)
+    metrics.watch_codec_cache(store.codec_cache)
     return LoopService(loop, handler, on_close=close)
 
 
