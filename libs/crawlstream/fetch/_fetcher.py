@@ -43,6 +43,7 @@ from crawlstream.fetch._outcome import (
     request_head,
     response_head,
 )
+from crawlstream.fetch._pool import BoundedIdleConnector
 from crawlstream.fetch._slots import KeyedSlots
 from crawlstream.fetch._spacing import DomainSpacing
 from crawlstream.robots import (
@@ -266,8 +267,10 @@ class Fetcher:
                 exempt_hosts=exempt,
             )
             # No connector limits: their waiters can miss their wake-up (``_slots``); the
-            # fetcher's own semaphore (concurrency) and per-host slots bound the connections.
-            connector = aiohttp.TCPConnector(
+            # fetcher's own semaphore (concurrency) and per-host slots bound the connections in
+            # use, and ``max_idle_connections`` the idle ones (``_pool``).
+            connector = BoundedIdleConnector(
+                max_idle=self.config.max_idle_connections,
                 limit=0,
                 limit_per_host=0,
                 resolver=self._resolver,

@@ -221,6 +221,12 @@ class FetchSettings:
         check=positive,
     )
     limit_per_host: int = setting(2, "open connections per host in the fetcher's pool", check=positive)
+    max_idle_connections: int = setting(
+        256,
+        "keep-alive connections a fetcher keeps idle, all hosts together; past it the least recently used "
+        "close, so its sockets stay below concurrency + this at any fetch rate (0 = none kept)",
+        check=non_negative,
+    )
     per_ip_delay_s: float = setting(
         0.0,
         "per-IP politeness: > 0 spaces every request to one IP address at least this far apart, across "
