@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import socket
 import threading
 import time
@@ -157,14 +156,10 @@ def test_a_transaction_call_that_does_not_keep_its_timeout_wedges_the_producer(
     short.close()
 
 
-def test_offsets_an_open_transaction_holds_are_waited_for_not_read_as_none(
-    bus: KafkaBus, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_offsets_an_open_transaction_holds_are_waited_for_not_read_as_none(bus: KafkaBus) -> None:
     """The CI outage failure: a deduper's on_assign read committed offsets while a transaction held
     some (UNSTABLE_OFFSET_COMMIT). Such a partition is asked again until the transaction ends;
-    reading it as "never committed" would replay it from the start. librdkafka reports the wait
-    as "Timed out" only (it failed CI twice saying no more): the consumer asks the brokers why and
-    names the partitions a transaction holds."""
+    reading it as "never committed" would replay it from the start."""
     source, out, group = (f"unstable-{what}-{uuid.uuid4().hex[:8]}" for what in ("in", "out", "g"))
     bus.create_topics([source, out], PARTITIONS)
     member = bus.consumer(group)
@@ -180,21 +175,12 @@ def test_offsets_an_open_transaction_holds_are_waited_for_not_read_as_none(
     producer._producer.send_offsets_to_transaction([held], member.group_metadata(), 10)  # left open
     answers: list[dict[TopicPartition, int | None]] = []
     reader = threading.Thread(target=lambda: answers.append(member.committed([TopicPartition(source, 0)])))
-    caplog.set_level(logging.WARNING, logger="crawlstream.bus._kafka_consumer")
     reader.start()
-    assert bus.held_offsets(group, [TopicPartition(source, 0), TopicPartition(source, 1)]) == [
-        TopicPartition(source, 0)
-    ]
-    said = f"committed offsets of {source}[0] are held by an open transaction"
-    deadline = time.monotonic() + 30  # the first of committed()'s 10 s asks times out, then it says why
-    while said not in caplog.text and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert said in caplog.text
+    time.sleep(3.0)
     assert not answers, f"read while a transaction held the offset: {answers}"
     producer._producer.commit_transaction(10)
     reader.join(30)
     assert answers == [{TopicPartition(source, 0): 5}]
-    assert bus.held_offsets(group, [TopicPartition(source, 0)]) == []
     member.close()
     producer.close()
 

@@ -19,17 +19,16 @@ production choices are recorded in docs/decisions/011-real-kafka.md.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import confluent_kafka
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from crawlstream.bus._base import Bus, Producer, TopicPartition, TransactionalProducer
+from crawlstream.bus._base import Bus, Producer, TransactionalProducer
 from crawlstream.bus._kafka_config import parse_kafka_extra_config, scope_kafka_extra_config
 from crawlstream.bus._kafka_consumer import COOPERATIVE, RANGE, KafkaConsumer
 from crawlstream.bus._kafka_support import (
@@ -291,24 +290,7 @@ class KafkaBus(Bus):
         # A strategy set in extra_config is the operator's choice, for every subscription.
         chosen = "partition.assignment.strategy" in {**self._extra, **self._extra_consumer}
         return KafkaConsumer(self.consumer_config(group_id), multi_topic_assignment=None if chosen else RANGE,
-                             commit_deadline_s=self.commit_deadline_s,
-                             held_offsets=functools.partial(self.held_offsets, group_id))
-
-    def held_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
-        """Which of ``partitions`` have committed offsets in ``group_id`` that an open transaction
-        holds (UNSTABLE_OFFSET_COMMIT). librdkafka's ``committed()`` asks again for those until its
-        time-out and reports only "Timed out"; the admin API returns the broker's own answer."""
-        wanted = [confluent_kafka.TopicPartition(tp.topic, tp.partition) for tp in partitions]
-        request = [ConsumerGroupTopicPartitions(group_id, wanted)]
-        futures = self._admin_client().list_consumer_group_offsets(
-            request, require_stable=True, request_timeout=METADATA_TIMEOUT_S
-        )
-        answer = futures[group_id].result(METADATA_TIMEOUT_S)
-        return [
-            TopicPartition(str(tp.topic), int(tp.partition))
-            for tp in answer.topic_partitions
-            if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT
-        ]
+                             commit_deadline_s=self.commit_deadline_s)
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
