@@ -15,7 +15,6 @@ This reaches into aiohttp's pool (``_conns``, ``_release``), pinned in requireme
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import aiohttp
@@ -24,16 +23,16 @@ __all__ = ["BoundedIdleConnector"]
 
 
 class BoundedIdleConnector(aiohttp.TCPConnector):
-    """A ``TCPConnector`` keeping at most ``max_idle`` idle connections in all (0: none)."""
+    """A ``TCPConnector`` keeping at most ``max_idle`` idle connections in all (0: none).
+
+    aiohttp's per-host pools hold ``(protocol, released_at)`` in release order, so the connection
+    released longest ago is the oldest head among them: nothing is tracked beside them."""
 
     def __init__(self, *, max_idle: int, **kwargs: Any) -> None:
         if max_idle < 0:
             raise ValueError(f"max_idle: expected 0 or more, found {max_idle}")
         super().__init__(**kwargs)
         self.max_idle = max_idle
-        # Idle connections in the order they were released (oldest first), with their host key.
-        # A connection reused or expired since is no longer in the pool: skipped when it comes up.
-        self._released: OrderedDict[Any, Any] = OrderedDict()
 
     @property
     def idle(self) -> int:
@@ -42,29 +41,13 @@ class BoundedIdleConnector(aiohttp.TCPConnector):
 
     def _release(self, key: Any, protocol: Any, *, should_close: bool = False) -> None:
         super()._release(key, protocol, should_close=should_close)
-        if not self._pooled(key, protocol):
-            return
-        self._released[protocol] = key
-        self._released.move_to_end(protocol)
-        idle = self.idle
-        while idle > self.max_idle and self._released:
-            oldest, oldest_key = self._released.popitem(last=False)
-            if self._close_idle(oldest_key, oldest):
-                idle -= 1
-        if len(self._released) > 2 * self.max_idle + 64:  # entries of connections reused or expired
-            self._released = OrderedDict((p, k) for p, k in self._released.items() if self._pooled(k, p))
+        for _ in range(self.idle - self.max_idle):
+            self._close_oldest_idle()
 
-    def _pooled(self, key: Any, protocol: Any) -> bool:
-        return any(entry[0] is protocol for entry in self._conns.get(key, ()))
-
-    def _close_idle(self, key: Any, protocol: Any) -> bool:
-        """Take ``protocol`` out of ``key``'s pool and close it; False when it is not there."""
-        pool = self._conns.get(key)
-        entry = next((e for e in pool or () if e[0] is protocol), None)
-        if pool is None or entry is None:
-            return False
-        pool.remove(entry)
+    def _close_oldest_idle(self) -> None:
+        key = min((k for k, pool in self._conns.items() if pool), key=lambda k: self._conns[k][0][1])
+        pool = self._conns[key]
+        protocol, _ = pool.popleft()
         if not pool:
             del self._conns[key]
         protocol.close()
-        return True
