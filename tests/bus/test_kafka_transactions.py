@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import confluent_kafka
@@ -34,14 +34,20 @@ def bus(kafka_cluster: LocalKafka) -> Iterator[KafkaBus]:
     handle.close()
 
 
-def _values(bus: KafkaBus, topic: str, *, settle_s: float, group: str | None = None) -> list[bytes]:
-    """What a read_committed reader (the bus's consumer) finds in ``topic`` within ``settle_s``."""
-    consumer = bus.consumer(group or f"reader-{uuid.uuid4().hex[:8]}")
+def _values(bus: KafkaBus, topic: str, *, until: Collection[bytes], timeout_s: float = 30.0) -> list[bytes]:
+    """What a read_committed reader (the bus's consumer) reads in ``topic`` until it has read
+    every value of ``until``. A commit returns once the coordinator has logged it; the markers
+    that let readers past the transaction reach the partitions after that (seconds, at times, on
+    a busy machine), so a fixed wait is a race. A value of ``until`` written after the aborted
+    ones in each of their partitions proves the reader went past them: partitions are read in
+    order, so an aborted value that was going to be read has been."""
+    consumer = bus.consumer(f"reader-{uuid.uuid4().hex[:8]}")
     consumer.subscribe([topic])
     got: list[bytes] = []
-    deadline = time.monotonic() + settle_s
+    deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
+        while not set(until) <= set(got):
+            assert time.monotonic() < deadline, f"read {got} in {timeout_s:.0f} s, not yet all of {sorted(until)}"
             got += [m.value for m in consumer.consume(100, 0.2)]
     finally:
         consumer.close()
@@ -72,7 +78,8 @@ def test_a_transaction_commits_its_messages_with_the_offsets_of_their_input(bus:
     assert consumer.committed([TopicPartition(source, 0)]) == {TopicPartition(source, 0): 3}
     consumer.close()
     producer.close()
-    assert sorted(_values(bus, out, settle_s=3.0)) == [b"out-0", b"out-1", b"out-2"]
+    expected = [b"out-0", b"out-1", b"out-2"]
+    assert sorted(_values(bus, out, until=expected)) == expected
 
 
 def test_an_aborted_transaction_and_one_left_open_by_a_dead_member_are_never_read(bus: KafkaBus) -> None:
@@ -90,10 +97,12 @@ def test_an_aborted_transaction_and_one_left_open_by_a_dead_member_are_never_rea
     dead.produce(out, b"left open", partition=1)
     dead.flush()  # then the member "dies": never committed, never closed
     successor = bus.transactional_producer(f"t-{out}-dead")  # same id: fences it, aborts its transaction
-    successor.produce(out, b"committed", partition=1)
+    committed = [b"committed-0", b"committed-1"]  # after the aborted values of each partition
+    for partition, value in enumerate(committed):
+        successor.produce(out, value, partition=partition)
     successor.commit_transaction({}, bus.consumer("unused"))
     successor.close()
-    assert _values(bus, out, settle_s=3.0) == [b"committed"]
+    assert sorted(_values(bus, out, until=committed)) == committed
 
 
 def test_the_embedded_bus_has_no_transactions_and_kafka_readers_read_committed(tmp_path: Path, bus: KafkaBus) -> None:
@@ -238,13 +247,15 @@ def test_a_fenced_producer_fails_its_sends_as_bus_unavailable(bus: KafkaBus) -> 
             old.produce(topic, b"after-%d" % n, partition=n % PARTITIONS)
             old.flush(1.0)
     old.close()
-    new.produce(topic, b"successor", partition=1)
+    successor = [b"successor-%d" % partition for partition in range(PARTITIONS)]  # after whatever the old one left
+    for partition, value in enumerate(successor):
+        new.produce(topic, value, partition=partition)
     new.flush(10.0)
     group = bus.consumer(f"g-{topic}")
     new.commit_transaction({}, group)
     group.close()
     new.close()
-    assert _values(bus, topic, settle_s=3.0) == [b"successor"]
+    assert sorted(_values(bus, topic, until=successor)) == successor
 
 
 def test_a_system_error_over_a_kafka_error_is_bus_unavailable_and_any_other_is_not() -> None:
