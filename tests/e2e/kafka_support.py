@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka.admin import AdminClient
 from e2e_support import (
     api_answers,
     content_answers,
@@ -85,11 +87,12 @@ def wait_for(
     kafka: LocalKafka | None = None,
 ) -> None:
     """``wait_until``, failing the test (with the processes' logs) instead of raising; with
-    ``kafka``, its brokers' last warnings come first (CI keeps the head of a long failure)."""
+    ``kafka``, its brokers' last warnings and the offsets open transactions hold come first (CI
+    keeps the head of a long failure)."""
     try:
         wait_until(condition, what, timeout_s, processes)
     except DeploymentError as exc:
-        pytest.fail((broker_warnings(kafka) if kafka is not None else "") + str(exc))
+        pytest.fail((broker_warnings(kafka) + held_offsets(kafka) if kafka is not None else "") + str(exc))
 
 
 _BROKER_NEWS = re.compile(r"\] (WARN|ERROR) |Initialized transactionalId|[Aa]bort|[Rr]ollback|[Tt]imed out|Fencing")
@@ -111,6 +114,34 @@ def broker_warnings(kafka: LocalKafka, lines: int = 12, width: int = 240) -> str
         out.append(f"--- broker {node}: last {min(lines, len(found))} of {len(found)} warnings and txn events ---\n")
         out.extend(f"{line}\n" for line in found[-lines:])
     return "".join(out)
+
+
+def held_offsets(kafka: LocalKafka, timeout_s: float = 10.0) -> str:
+    """Each consumer group's partitions whose committed offset an open transaction holds
+    (UNSTABLE_OFFSET_COMMIT, the brokers' answer with ``require_stable``). A member reading such
+    an offset waits until the transaction ends, and librdkafka reports only "Timed out": the CI
+    outage failure's deduper sat there for minutes. Asked here, after the fact, not by the
+    services: this admin call aborted a process when a broker restarted under it (librdkafka
+    #4605)."""
+    try:
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
+        groups = sorted(g.group_id for g in listed.valid)
+        lines = []
+        for group in groups:
+            futures = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=timeout_s
+            )
+            try:
+                answer = futures[group].result(timeout_s)
+            except KafkaException as exc:  # the whole group held: the broker answers with one error
+                lines.append(f"{group}: {exc.args[0].name() if exc.args else exc}\n")
+                continue
+            held = [tp for tp in answer.topic_partitions if tp.error is not None]
+            lines.extend(f"{group}: {tp.topic}[{tp.partition}] {tp.error.name()}\n" for tp in held)
+    except Exception as exc:  # a diagnosis: it must not hide the failure it explains
+        return f"--- offsets held by open transactions: not read ({type(exc).__name__}: {exc}) ---\n"
+    return f"--- offsets held by open transactions: {len(lines)} in {len(groups)} groups ---\n" + "".join(lines)
 
 
 @contextmanager
