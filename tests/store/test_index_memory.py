@@ -13,10 +13,14 @@ more, per page.
 from __future__ import annotations
 
 import gc
+import itertools
+import os
+import random
 import tracemalloc
 from pathlib import Path
 
-from crawlstream.store import ContentStore, StoreConfig
+from crawlstream.store import ContentStore, ShardedStore, StoreConfig
+from crawlstream.urls import domain_checksum
 
 # What a bounded index may still cost per page: nothing in memory should be per page at all,
 # and this leaves room for caches that fill as the store grows but have a ceiling.
@@ -46,3 +50,42 @@ def test_the_heap_a_store_holds_does_not_grow_with_the_pages_it_stores(tmp_path:
         tracemalloc.stop()
         store.close()
     assert per_page < BOUND_BYTES_PER_PAGE, f"the store's heap grew {per_page:.0f} B per stored page"
+
+
+# What one open, warm shard may add to a member: its index's page cache (64 KiB of pages) and the
+# store's own objects. At an eighth of the setting each (512 KiB) a shard held ~0.76 MB warm: a
+# member's 64 held ~49 MB, freed by every close and filled again for ~20 minutes, the sawtooth of
+# the bucket compressors' RSS in session 27's soak (ADR 034 "Session 27").
+BOUND_RSS_PER_WARM_SHARD = 200_000  # 0.04 MB measured at 64 KiB, 0.54 MB at 512 KiB
+SHARDS_WARMED = 16
+PAGES_PER_SHARD = 2_500
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_members_shards_warm_their_index_caches_within_a_bound(tmp_path: Path) -> None:
+    domains: dict[int, str] = {}
+    for i in itertools.count():
+        domain = f"site{i}.example"
+        domains.setdefault(domain_checksum(domain), domain)
+        if len(domains) == SHARDS_WARMED:
+            break
+    urls = [f"http://www.{domain}/blog/{n * 7919 % 100_003}/post-{n}.html"
+            for domain in domains.values() for n in range(PAGES_PER_SHARD)]
+    with ShardedStore(tmp_path / "store", config=StoreConfig(fsync="never")) as store:
+        for n, url in enumerate(urls):
+            store.put(url, f"<html><body>{'lorem ipsum ' * 20}{n}</body></html>".encode(), content_type="text/html",
+                      title=f"Post {n}", status=200)
+            if n % 100 == 99:
+                store.sync()
+    gc.collect()
+    with ShardedStore(tmp_path / "store", config=StoreConfig(fsync="never")) as store:
+        before = _rss_bytes()
+        rng = random.Random(3)
+        for _ in range(10 * SHARDS_WARMED * 250):  # every shard looked up ~2,500 times, at random
+            assert store.entry(rng.choice(urls)) is not None
+        per_shard = (_rss_bytes() - before) / SHARDS_WARMED
+    assert per_shard < BOUND_RSS_PER_WARM_SHARD, f"a warm shard added {per_shard / 1e6:.2f} MB of RSS"

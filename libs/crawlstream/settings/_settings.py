@@ -284,7 +284,7 @@ class StoreSettings:
     index_cache_bytes: int = setting(
         4 * 1024 * 1024,
         "SQLite page cache of a store root's url index (index.sqlite, ADR 036): lookups and puts miss it "
-        "for the OS page cache; a sharded store gives each of its 128 shards an eighth of it",
+        "for the OS page cache; a sharded store gives each of its 128 shards a 64th of it (64 KiB at least)",
         check=positive,
     )
     global_dict_min_samples: int = setting(32, "bodies needed before the global dictionary is trained", check=positive)
