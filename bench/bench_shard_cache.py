@@ -1,5 +1,5 @@
 """A shard's url-index page cache: what SQLite's cache buys a shard the size a crawl's are, and what
-it costs a member in memory (ADR 036 "Session 27").
+it costs a member in memory (ADR 034 "Session 27").
 
 ``python -m bench shard_cache [--quick]``: for each cache size of ``CACHES`` (the old per-shard
 share, 512 KiB, and the new one, 64 KiB), children alternating, ``REPS`` times, a fresh child

@@ -36,11 +36,11 @@ def bus(kafka_cluster: LocalKafka) -> Iterator[KafkaBus]:
 
 def _values(bus: KafkaBus, topic: str, *, until: Collection[bytes], timeout_s: float = 30.0) -> list[bytes]:
     """What a read_committed reader (the bus's consumer) reads in ``topic`` until it has read
-    every value of ``until``. A commit returns once the coordinator has logged it; the markers
-    that let readers past the transaction reach the partitions after that (seconds, at times, on
-    a busy machine), so a fixed wait is a race. A value of ``until`` written after the aborted
-    ones in each of their partitions proves the reader went past them: partitions are read in
-    order, so an aborted value that was going to be read has been."""
+    every value of ``until``. A fixed wait is a race: a fresh reader's JoinGroup may be answered
+    COORDINATOR_LOAD_IN_PROGRESS and librdkafka joins again ~3 s later (a 3 s wait read nothing in
+    1 of 4 runs), and a commit's markers reach the partitions after ``commit_transaction``
+    returns. A value of ``until`` written after the aborted ones in each of their partitions
+    proves the reader went past them: partitions are read in order."""
     consumer = bus.consumer(f"reader-{uuid.uuid4().hex[:8]}")
     consumer.subscribe([topic])
     got: list[bytes] = []
