@@ -8,7 +8,8 @@ shards held ~7,000 pages each), then measures at that size, as the bucket compre
 
 * ``put``: CPU per put of ``MEASURED_PUTS`` more pages, ``sync()`` every ``SYNC_EVERY`` (the
   end of a batch), ``fsync="never"`` (the disk is not what is compared);
-* ``entry`` and ``get``: p50/p99 of ``READS`` lookups of random stored URLs, and of full reads;
+* ``entry`` and ``get``: p50/p95/p99 (``latency_ms``) of ``READS`` lookups of random stored
+  URLs, and of full reads;
 * ``rss_mb_per_open_shard``: then ``OPEN_SHARDS`` copies of that shard are opened at once, as a
   member holds its 64, and looked up at random (``LOOKUP_ROUNDS`` rounds of ``READS`` each): the
   RSS they add, per shard, once it stops growing. Times 64 is what a member's caches hold warm;
@@ -33,6 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from bench._harness import latency_ms
+from bench._harness import main as harness_main
+from bench.bench_store_index import _small_body
+
 REPO = Path(__file__).resolve().parents[1]
 CACHES = (512 * 1024, 64 * 1024)
 SHARD_PAGES = 7_000
@@ -50,31 +57,17 @@ def _url(i: int) -> str:
     return f"http://www.site{i % DOMAINS}.example/blog/{i * 7919 % 100_003}/post-{i}.html"
 
 
-def _body(i: int) -> bytes:
-    return f"<html><title>Post {i}</title><body>{'lorem ipsum ' * 40}{i}</body></html>".encode()
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _quantiles_ms(xs: list[float]) -> tuple[float, float]:
-    xs = sorted(xs)
-    return xs[len(xs) // 2] * 1e3, xs[min(len(xs) - 1, int(0.99 * len(xs)))] * 1e3
-
-
 def _child(root: Path, cache_bytes: int, pages: int) -> dict[str, Any]:
     from crawlstream.store import ContentStore, StoreConfig
 
     store = ContentStore(root, config=StoreConfig(fsync="never", index_cache_bytes=cache_bytes))
     for i in range(pages):
-        store.put(_url(i), _body(i), content_type="text/html", title=f"Post {i}", status=200)
+        store.put(_url(i), _small_body(i), content_type="text/html", title=f"Post {i}", status=200)
         if i % SYNC_EVERY == SYNC_EVERY - 1:
             store.sync()
     c = time.process_time()
     for i in range(pages, pages + MEASURED_PUTS):
-        store.put(_url(i), _body(i), content_type="text/html", title=f"Post {i}", status=200)
+        store.put(_url(i), _small_body(i), content_type="text/html", title=f"Post {i}", status=200)
         if i % SYNC_EVERY == SYNC_EVERY - 1:
             store.sync()
     put_cpu = time.process_time() - c
@@ -89,14 +82,10 @@ def _child(root: Path, cache_bytes: int, pages: int) -> dict[str, Any]:
         store.get(url)
         get_s.append(time.perf_counter() - t)
     store.close()
-    e50, e99 = _quantiles_ms(entry_s)
-    g50, g99 = _quantiles_ms(get_s)
     return {
         "cpu_us_per_put": put_cpu / MEASURED_PUTS * 1e6,
-        "entry_p50_ms": e50,
-        "entry_p99_ms": e99,
-        "get_p50_ms": g50,
-        "get_p99_ms": g99,
+        **{f"entry_{key}": value for key, value in latency_ms(entry_s).items() if key != "n"},
+        **{f"get_{key}": value for key, value in latency_ms(get_s).items() if key != "n"},
         "rss_mb_per_open_shard": _rss_per_open_shard(root, cache_bytes, urls),
     }
 
@@ -107,13 +96,14 @@ def _rss_per_open_shard(root: Path, cache_bytes: int, urls: list[str]) -> float:
     copies = [root.with_name(f"{root.name}-{n}") for n in range(OPEN_SHARDS)]
     for copy in copies:
         shutil.copytree(root, copy)
-    rss_open = _rss_bytes()
+    process = psutil.Process()
+    rss_open = process.memory_info().rss
     stores = [ContentStore(copy, config=StoreConfig(fsync="never", index_cache_bytes=cache_bytes)) for copy in copies]
     rng = random.Random(11)
     for _ in range(LOOKUP_ROUNDS):
         for url in urls:
             rng.choice(stores).entry(url)
-    growth = _rss_bytes() - rss_open
+    growth = process.memory_info().rss - rss_open
     for store in stores:
         store.close()
     return growth / OPEN_SHARDS / 1e6
@@ -156,12 +146,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> None:
-    if argv[:1] == ["--child"]:
-        print(json.dumps(_child(Path(argv[1]), int(argv[2]), int(argv[3]))))
-        return
-    print(json.dumps(run(quick="--quick" in argv), indent=2))
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--child"]:
+        print(json.dumps(_child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))
+    else:
+        harness_main(run)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 import random
 import tracemalloc
 from pathlib import Path
+
+import psutil
 
 from crawlstream.store import ContentStore, ShardedStore, StoreConfig
 from crawlstream.urls import domain_checksum
@@ -61,11 +62,6 @@ SHARDS_WARMED = 16
 PAGES_PER_SHARD = 2_500
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def test_a_members_shards_warm_their_index_caches_within_a_bound(tmp_path: Path) -> None:
     domains: dict[int, str] = {}
     for i in itertools.count():
@@ -83,9 +79,10 @@ def test_a_members_shards_warm_their_index_caches_within_a_bound(tmp_path: Path)
                 store.sync()
     gc.collect()
     with ShardedStore(tmp_path / "store", config=StoreConfig(fsync="never")) as store:
-        before = _rss_bytes()
+        process = psutil.Process()
+        before = process.memory_info().rss
         rng = random.Random(3)
         for _ in range(10 * SHARDS_WARMED * 250):  # every shard looked up ~2,500 times, at random
             assert store.entry(rng.choice(urls)) is not None
-        per_shard = (_rss_bytes() - before) / SHARDS_WARMED
+        per_shard = (process.memory_info().rss - before) / SHARDS_WARMED
     assert per_shard < BOUND_RSS_PER_WARM_SHARD, f"a warm shard added {per_shard / 1e6:.2f} MB of RSS"

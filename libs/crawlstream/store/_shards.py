@@ -68,8 +68,7 @@ _SHARD_READ_FDS = 32  # segment descriptors each shard keeps open: 4,096 for all
 # half the shards holds the setting's worth. An eighth each (512 KiB) held ~0.76 MB a shard warm
 # (~49 MB a member), emptied by every close and filled again over ~20 minutes: a sawtooth in RSS,
 # for ~14% less CPU per small put (ADR 034 "Session 27", bench shard_cache).
-_INDEX_CACHE_SHARE = 64
-_MIN_INDEX_CACHE_BYTES = 64 * 1024
+_INDEX_CACHE_SHARE = 64  # index_db.connect gives a connection 64 KiB at least
 _COUNTED = (  # the StoreStats fields that add up across shards
     "urls",
     "bodies",
@@ -132,7 +131,7 @@ class ShardedStore:
             else dataclasses.replace(
                 self.config,
                 dict_preload_bytes=self.config.dict_preload_bytes // SHARDS,
-                index_cache_bytes=max(_MIN_INDEX_CACHE_BYTES, self.config.index_cache_bytes // _INDEX_CACHE_SHARE),
+                index_cache_bytes=self.config.index_cache_bytes // _INDEX_CACHE_SHARE,
             )
         )
         self.lock_wait_s = lock_wait_s
