@@ -29,6 +29,7 @@ from crawlstream.index._formats import (
     Runs,
     Segment,
     decode_block,
+    dtdr_codes,
     inline_segments,
     run_row_starts,
 )
@@ -145,7 +146,7 @@ class BlockResult:
     urls: int
     max_card: int  # most datasets of one of its domains
     max_dataset: int
-    small_keys: np.ndarray  # (m, 2) u64: its distinct small dataset sets (see _build_merge.dtdr_codes)
+    small_keys: np.ndarray  # (m, 2) u64: its distinct small dataset sets (see _formats.dtdr_codes)
     small_card: np.ndarray
     big: int  # its distinct serialized roaring bitmaps (``big.bin``, their offsets in ``big.idx``)
 
@@ -155,8 +156,6 @@ def spill_block(unit: int, d: Path, domains: pa.Array, runs: Runs, pair_first: n
     """Write a merged unit under ``d``: ``names.arrow`` (name, DTDR set code; batches of ``chunk``
     rows, read back batch by batch by the merge), ``runs.bin`` (the runs, local ids) and the
     distinct roaring bitmaps (``big.bin``, ``big.idx``)."""
-    from crawlstream.index._build_merge import dtdr_codes
-
     pair_domain, pair_dataset = runs.domain_id[pair_first], runs.dataset_id[pair_first]
     card = np.bincount(pair_domain, minlength=len(domains)) if len(domains) else np.zeros(0, np.int64)
     codes, small_keys, small_card, big = dtdr_codes(pair_domain, pair_dataset, len(domains), full=full_dtdr)

@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zstandard
-from pyroaring import BitMap
 
 from crawlstream.index._build_blocks import BlockResult, load_runs
 from crawlstream.index._formats import (
@@ -37,44 +36,9 @@ from crawlstream.index._formats import (
     small_sets_section,
 )
 
-__all__ = ["dtdr_codes", "file_checksums_of", "merge_domains", "write_postings"]
+__all__ = ["file_checksums_of", "merge_domains", "write_postings"]
 
 _ENTRY = np.dtype([("start", "<u8"), ("len", "<u4")])
-
-
-def dtdr_codes(pair_domain: np.ndarray, pair_dataset: np.ndarray, n_domains: int, *, full: bool
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
-    """One block's DTDR sets, as ``encode_dtdr_pairs`` (or, ``full``, ``encode_dtdr``) would store
-    them: per domain a code (>= 0: its small set's row in the block's distinct small sets; < 0:
-    ``-1 - i`` for the block's i-th distinct roaring bitmap), the distinct small sets' keys
-    (two u64: the zero-padded u16 members) and cardinalities, and the distinct bitmaps."""
-    card = np.bincount(pair_domain, minlength=n_domains).astype(np.int64)
-    first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64) if n_domains else card
-    if full:
-        big_mask = np.ones(n_domains, bool)
-    else:
-        big_mask = (card > SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16
-                                          if n_domains else np.zeros(0, bool))
-    codes = np.zeros(n_domains, np.int64)
-    rows = np.zeros((n_domains, SMALL_SET), dtype="<u2")
-    small = ~big_mask
-    on_small = small[pair_domain]
-    pd = pair_domain[on_small]
-    rows[pd, np.flatnonzero(on_small) - first[pd]] = pair_dataset[on_small]
-    sd = np.flatnonzero(small)
-    keys, inverse = np.unique(rows[sd].view("<u8"), axis=0, return_inverse=True)
-    codes[sd] = inverse.reshape(-1)
-    small_card = card[sd[np.unique(inverse.reshape(-1), return_index=True)[1]]] if len(sd) else card[:0]
-    big: list[bytes] = []
-    seen: dict[bytes, int] = {}
-    for d in np.flatnonzero(big_mask).tolist():
-        data = BitMap(pair_dataset[first[d] : first[d] + card[d]].tolist()).serialize()
-        i = seen.get(data)
-        if i is None:
-            i = seen[data] = len(big)
-            big.append(data)
-        codes[d] = -1 - i
-    return codes, keys.reshape(-1, 2).astype(np.uint64), small_card, big
 
 
 class _BigTable:

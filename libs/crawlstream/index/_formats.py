@@ -56,6 +56,7 @@ __all__ = [
     "decode_block",
     "decode_files",
     "domain_offsets",
+    "dtdr_codes",
     "dtdr_entry",
     "dtdr_header",
     "encode_block",
@@ -183,6 +184,42 @@ SMALL_SET_HEADER = 9  # cookie (4), run bitset (1), key (2), cardinality - 1 (2)
 SMALL_SET = 8  # the most datasets a domain's set stores in the compact form
 
 
+def dtdr_codes(pair_domain: np.ndarray, pair_dataset: np.ndarray, n_domains: int, *, full: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+    """One block's DTDR sets, as ``encode_dtdr_pairs`` (or, ``full``, ``encode_dtdr``) stores them:
+    the one small/big split of both the in-memory encoder and the bounded build. Per domain a code
+    (>= 0: its small set's row in the block's distinct small sets; < 0: ``-1 - i`` for the block's
+    i-th distinct roaring bitmap), the distinct small sets' keys (two u64: the zero-padded u16
+    members) and cardinalities, and the distinct bitmaps."""
+    card = np.bincount(pair_domain, minlength=n_domains).astype(np.int64)
+    first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64) if n_domains else card
+    if full:
+        big_mask = np.ones(n_domains, bool)
+    else:
+        big_mask = (card > SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16
+                                          if n_domains else np.zeros(0, bool))
+    codes = np.zeros(n_domains, np.int64)
+    rows = np.zeros((n_domains, SMALL_SET), dtype="<u2")
+    small = ~big_mask
+    on_small = small[pair_domain]
+    pd = pair_domain[on_small]
+    rows[pd, np.flatnonzero(on_small) - first[pd]] = pair_dataset[on_small]
+    sd = np.flatnonzero(small)
+    keys, inverse = np.unique(rows[sd].view("<u8"), axis=0, return_inverse=True)
+    codes[sd] = inverse.reshape(-1)
+    small_card = card[sd[np.unique(inverse.reshape(-1), return_index=True)[1]]] if len(sd) else card[:0]
+    big: list[bytes] = []
+    seen: dict[bytes, int] = {}
+    for d in np.flatnonzero(big_mask).tolist():
+        data = BitMap(pair_dataset[first[d] : first[d] + card[d]].tolist()).serialize()
+        i = seen.get(data)
+        if i is None:
+            i = seen[data] = len(big)
+            big.append(data)
+        codes[d] = -1 - i
+    return codes, keys.reshape(-1, 2).astype(np.uint64), small_card, big
+
+
 def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> bytes:
     """The DTDR file from (domain_id, dataset_id) pairs sorted by (domain, dataset), unique.
 
@@ -196,52 +233,26 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     """
     pair_domain = np.asarray(pair_domain, dtype=np.int64)
     pair_dataset = np.asarray(pair_dataset, dtype=np.int64)
-    card = np.bincount(pair_domain, minlength=n_domains).astype(np.int64)
-    if n_domains and card.min() == 0:
+    if n_domains and np.bincount(pair_domain, minlength=n_domains).min() == 0:
         raise ValueError("every domain of the dictionary needs at least one dataset")
-    first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64)
-    big = np.flatnonzero((card > SMALL_SET) | (np.maximum.reduceat(pair_dataset, first) >= 1 << 16)
-                         if n_domains else np.zeros(0, bool))
-    small = np.ones(n_domains, bool)
-    small[big] = False
-    # A small set as a row of its members, zero-padded: a member after the first is > 0, so the
-    # row alone identifies the set; its two u64 halves are the dedupe key.
-    rows = np.zeros((n_domains, SMALL_SET), dtype="<u2")
-    on_small = small[pair_domain]
-    pd = pair_domain[on_small]
-    rows[pd, np.flatnonzero(on_small) - first[pd]] = pair_dataset[on_small]
-    sd = np.flatnonzero(small)
-    key = rows[sd].view("<u8")
-    order = np.lexsort((key[:, 1], key[:, 0]))
-    ks = key[order]
-    new_set = np.ones(len(sd), bool)
-    new_set[1:] = (ks[1:] != ks[:-1]).any(axis=1)
-    set_of = np.empty(len(sd), np.int64)
-    set_of[order] = np.cumsum(new_set) - 1
-    reps = sd[order[new_set]]  # one domain per distinct small set
-    section, rep_sizes = small_sets_section(rows[reps], card[reps])
-    rep_starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(rep_sizes)[:-1])).astype(np.int64)
-    small_end = DTDR_HEADER.size + int(rep_sizes.sum())
-    starts = np.zeros(n_domains, np.int64)
-    sizes = SMALL_SET_HEADER + 2 * card
-    starts[sd] = rep_starts[set_of]
-    big_parts: list[bytes] = []
-    stored: dict[bytes, int] = {}
-    offset = small_end
-    for d in big.tolist():
-        data = BitMap(pair_dataset[first[d] : first[d] + card[d]].tolist()).serialize()
-        at = stored.get(data)
-        if at is None:
-            at = stored[data] = offset
-            big_parts.append(data)
-            offset += len(data)
-        starts[d], sizes[d] = at, len(data)
-    index_offset = offset
+    codes, keys, small_card, big = dtdr_codes(pair_domain, pair_dataset, n_domains, full=False)
+    section, small_sizes = small_sets_section(np.ascontiguousarray(keys).view("<u2").reshape(-1, SMALL_SET), small_card)
+    big_sizes = np.array([len(data) for data in big], np.int64)
+    small_starts = DTDR_HEADER.size + _offsets(small_sizes)
+    big_starts = DTDR_HEADER.size + int(small_sizes.sum()) + _offsets(big_sizes)
     entries = np.zeros(n_domains, dtype=[("start", "<u8"), ("len", "<u4")])
-    entries["start"] = starts
-    entries["len"] = sizes
+    on_small = codes >= 0
+    entries["start"][on_small], entries["len"][on_small] = small_starts[codes[on_small]], small_sizes[codes[on_small]]
+    which = -1 - codes[~on_small]
+    entries["start"][~on_small], entries["len"][~on_small] = big_starts[which], big_sizes[which]
+    index_offset = DTDR_HEADER.size + int(small_sizes.sum()) + int(big_sizes.sum())
     return b"".join([DTDR_HEADER.pack(DTDR_MAGIC, FORMAT_VERSION, n_domains, index_offset),
-                     section, *big_parts, entries.tobytes()])
+                     section, *big, entries.tobytes()])
+
+
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    """Where each of ``sizes`` starts when they are written one after another from 0."""
+    return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
 
 
 def small_sets_section(members: np.ndarray, cards: np.ndarray) -> tuple[bytes, np.ndarray]:
