@@ -41,6 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench._harness import latency_ms, main
 
 READS = 300
@@ -70,11 +72,7 @@ def _in_child(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 
 def _rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return float(psutil.Process().memory_info().rss) / 2**20
 
 
 def _pass(pages: list[tuple[str, bytes]], budget: int, memory: int) -> Callable[[], dict[str, Any]]:

@@ -15,6 +15,8 @@ import json
 import sys
 import time
 
+import psutil
+
 from crawlstream.bus import KafkaBus
 from crawlstream.bus._kafka_config import parse_kafka_extra_config
 
@@ -23,11 +25,7 @@ _MAX_RUN_S = 90.0
 
 
 def _rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    return int(psutil.Process().memory_info().rss)
 
 
 def main(bootstrap: str, topic: str, group: str, expected: int, extra: str = "") -> None:

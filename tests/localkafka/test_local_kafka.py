@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka.admin import AdminClient
 
@@ -146,9 +147,7 @@ def test_a_restart_waits_out_another_broker_killed_while_it_waits() -> None:
 def _jvm(pid: int) -> tuple[list[str], int]:
     """A JVM's command line and its RSS in bytes, as /proc shows them."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                  if line.startswith("VmRSS:"))
-    return argv, rss_kb * 1024
+    return argv, int(psutil.Process(pid).memory_info().rss)
 
 
 def _heap_flags(argv: list[str]) -> tuple[str, str, bool]:

@@ -22,6 +22,7 @@ MIB = 1024 * 1024
 _SCRIPT = r"""
 import csv, gzip, json, struct, sys
 from pathlib import Path
+import psutil
 import zstandard as zstd
 from crawlstream.store._codec_cache import CodecCache
 from crawlstream.store._dicts import DictionaryStore
@@ -40,7 +41,7 @@ for i in range(count):  # one dictionary per domain: the trained one under a dic
     ids.append(store.add(f"d{i}.example", bytes(raw), samples=len(bodies), created_ms=0))
 
 def rss():
-    return int(open("/proc/self/statm").read().split()[1]) * 4096
+    return psutil.Process().memory_info().rss
 
 before = rss()
 for i, dict_id in enumerate(ids):  # a put and a read of each domain, as a crawl's compressor does
