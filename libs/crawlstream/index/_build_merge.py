@@ -26,6 +26,7 @@ import zstandard
 from crawlstream.index._build_blocks import BlockResult, load_runs
 from crawlstream.index._formats import (
     CHECKSUM_CHUNK,
+    DTDR_ENTRIES,
     DTDR_HEADER,
     PST_HEADER,
     SMALL_SET,
@@ -34,11 +35,10 @@ from crawlstream.index._formats import (
     encode_block,
     postings_head_size,
     small_sets_section,
+    starts_of,
 )
 
 __all__ = ["file_checksums_of", "merge_domains", "write_postings"]
-
-_ENTRY = np.dtype([("start", "<u8"), ("len", "<u4")])
 
 
 class _BigTable:
@@ -72,7 +72,7 @@ class _Dtdr:
         where[order] = np.cumsum(new) - 1
         keys, cards = keys[order[new]], cards[order[new]]
         section, sizes = small_sets_section(np.ascontiguousarray(keys).view("<u2").reshape(-1, SMALL_SET), cards)
-        starts = DTDR_HEADER.size + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        starts = DTDR_HEADER.size + starts_of(sizes)
         bounds = np.cumsum([0, *(len(p) for p in parts)])
         # per block: its small codes -> (start, len) in the file
         self.small = {r.unit: (starts[where[bounds[i] : bounds[i + 1]]], sizes[where[bounds[i] : bounds[i + 1]]])
@@ -98,7 +98,7 @@ class _Dtdr:
                 self.fh.write(data)
                 self.offset += len(data)
             start[i], length[i] = at, len(data)
-        e = np.zeros(len(start), _ENTRY)
+        e = np.zeros(len(start), DTDR_ENTRIES)
         e["start"], e["len"] = start, length
         self.entries.write(e.tobytes())
 

@@ -44,6 +44,7 @@ from crawlstream.errors import ChecksumMismatch
 __all__ = [
     "BLOCK_HEADER",
     "CHECKSUM_CHUNK",
+    "DTDR_ENTRIES",
     "DTDR_ENTRY",
     "DTDR_HEADER",
     "PST_HEADER",
@@ -71,6 +72,7 @@ __all__ = [
     "postings_head_size",
     "run_row_starts",
     "small_sets_section",
+    "starts_of",
 ]
 
 DTDR_MAGIC = b"DTDR"
@@ -80,6 +82,7 @@ PST_VERSION = 4
 
 DTDR_HEADER = struct.Struct("<4sIQQ")  # magic, ver, N_domains, index_offset
 DTDR_ENTRY = struct.Struct("<QI")  # bitmap_start, bitmap_len
+DTDR_ENTRIES = np.dtype([("start", "<u8"), ("len", "<u4")])  # DTDR_ENTRY as a numpy record
 PST_HEADER = struct.Struct("<4sIII")  # magic, ver, blocks, reserved
 BLOCK_HEADER = struct.Struct("<IIII")  # n_runs, n_multi, n_files, crc32 of the compressed body
 
@@ -192,7 +195,7 @@ def dtdr_codes(pair_domain: np.ndarray, pair_dataset: np.ndarray, n_domains: int
     i-th distinct roaring bitmap), the distinct small sets' keys (two u64: the zero-padded u16
     members) and cardinalities, and the distinct bitmaps."""
     card = np.bincount(pair_domain, minlength=n_domains).astype(np.int64)
-    first = np.concatenate(([0], np.cumsum(card)[:-1])).astype(np.int64) if n_domains else card
+    first = starts_of(card)
     if full:
         big_mask = np.ones(n_domains, bool)
     else:
@@ -238,9 +241,9 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
     codes, keys, small_card, big = dtdr_codes(pair_domain, pair_dataset, n_domains, full=False)
     section, small_sizes = small_sets_section(np.ascontiguousarray(keys).view("<u2").reshape(-1, SMALL_SET), small_card)
     big_sizes = np.array([len(data) for data in big], np.int64)
-    small_starts = DTDR_HEADER.size + _offsets(small_sizes)
-    big_starts = DTDR_HEADER.size + int(small_sizes.sum()) + _offsets(big_sizes)
-    entries = np.zeros(n_domains, dtype=[("start", "<u8"), ("len", "<u4")])
+    small_starts = DTDR_HEADER.size + starts_of(small_sizes)
+    big_starts = DTDR_HEADER.size + int(small_sizes.sum()) + starts_of(big_sizes)
+    entries = np.zeros(n_domains, DTDR_ENTRIES)
     on_small = codes >= 0
     entries["start"][on_small], entries["len"][on_small] = small_starts[codes[on_small]], small_sizes[codes[on_small]]
     which = -1 - codes[~on_small]
@@ -250,8 +253,8 @@ def encode_dtdr_pairs(pair_domain: Any, pair_dataset: Any, n_domains: int) -> by
                      section, *big, entries.tobytes()])
 
 
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    """Where each of ``sizes`` starts when they are written one after another from 0."""
+def starts_of(sizes: np.ndarray) -> np.ndarray:
+    """Where each of ``sizes`` starts when they are laid one after another from 0 (int64)."""
     return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
 
 
