@@ -8,27 +8,39 @@ from pathlib import Path
 
 from crawlstream.durable import MIB, DiskFloor
 
-# Each side of the floor: other processes on this machine write to the same disk meanwhile.
+# How far below the floor a laid ballast takes the disk; the floor is twice as far under the free
+# space. Other tests of a parallel run write and delete gigabytes meanwhile (the soak, the brokers).
 MARGIN = 1024 * MIB
 
 
 def floor_mib(path: Path) -> int:
-    """A floor (MB) ``MARGIN`` under the free space now: the disk is above it until a ballast is laid."""
-    return (DiskFloor(path, 1).free_bytes() - MARGIN) // MIB
+    """A floor (MB) ``2 * MARGIN`` under the free space now: the disk is above it until a ballast is laid."""
+    return (DiskFloor(path, 1).free_bytes() - 2 * MARGIN) // MIB
 
 
 class Ballast:
-    """A file of ``2 * MARGIN`` allocated bytes under ``directory``: laid, the disk is ~MARGIN below
-    the floor of ``floor_mib``; lifted, ~MARGIN above it."""
+    """A file under ``directory`` that, laid, takes the disk ~MARGIN below a floor of ``floor_mib``
+    MB; lifted, the disk is back where it was.
 
-    def __init__(self, directory: Path) -> None:
+    It is sized when laid, not when the floor was taken: a fixed size once left the disk above the
+    floor in CI, after another test freed space in between."""
+
+    def __init__(self, directory: Path, floor_mib: int) -> None:
         self.path = directory / "ballast.bin"
+        self._floor = floor_mib * MIB
 
     def lay(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        probe = DiskFloor(self.path.parent, self._floor)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
-            os.posix_fallocate(fd, 0, 2 * MARGIN)
+            for _ in range(5):  # top it up if space was freed while it was laid
+                free = probe.free_bytes()
+                if free < self._floor - MARGIN // 2:
+                    return
+                held = os.fstat(fd).st_blocks * 512
+                os.posix_fallocate(fd, 0, held + free - self._floor + MARGIN)
+            raise AssertionError(f"the disk stays above the floor: {probe.describe()}")
         finally:
             os.close(fd)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def test_free_bytes_is_what_an_unprivileged_writer_may_use(tmp_path: Path) -> No
 
 def test_a_ballast_takes_the_disk_below_the_floor_and_lifting_it_brings_it_back(tmp_path: Path) -> None:
     floor = DiskFloor(tmp_path, floor_mib(tmp_path) * MIB, interval_s=0.0)
-    ballast = Ballast(tmp_path)
+    ballast = Ballast(tmp_path, floor.min_free_bytes // MIB)
     assert not floor.below()
     ballast.lay()
     try:
@@ -32,10 +33,27 @@ def test_a_ballast_takes_the_disk_below_the_floor_and_lifting_it_brings_it_back(
     floor.check("index build")
 
 
+def test_a_ballast_laid_after_space_was_freed_still_takes_the_disk_below_the_floor(tmp_path: Path) -> None:
+    """Another test of a parallel run deleting more than MARGIN between the floor and the ballast
+    (CI, session 28: a sink below the floor consumed everything)."""
+    freed = tmp_path / "freed.bin"
+    with open(freed, "wb") as held:
+        os.posix_fallocate(held.fileno(), 0, 5 * MARGIN // 2)
+    floor = DiskFloor(tmp_path, floor_mib(tmp_path) * MIB, interval_s=0.0)
+    ballast = Ballast(tmp_path, floor.min_free_bytes // MIB)
+    freed.unlink()
+    ballast.lay()
+    try:
+        assert floor.below(), floor.describe()
+    finally:
+        ballast.lift()
+    assert not floor.below()
+
+
 def test_the_reading_is_cached_for_the_interval(tmp_path: Path) -> None:
     now = [0.0]
     floor = DiskFloor(tmp_path, floor_mib(tmp_path) * MIB, interval_s=1.0, clock=lambda: now[0])
-    ballast = Ballast(tmp_path)
+    ballast = Ballast(tmp_path, floor.min_free_bytes // MIB)
     assert not floor.below()
     ballast.lay()
     try:

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.timeout(120)
 def test_the_embedded_crawl_pauses_below_the_floor_and_resumes(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    settings = crawl_settings(data, CRAWLSTREAM_DATA_DIR_MIN_FREE_MB=str(floor_mib(data)))
-    ballast = Ballast(data)
+    floor = floor_mib(data)
+    settings = crawl_settings(data, CRAWLSTREAM_DATA_DIR_MIN_FREE_MB=str(floor))
+    ballast = Ballast(data, floor)
     summary: list[CrawlSummary] = []
     web = DemoWeb(3, pages_per_domain=3, seed=7, special_every=0, crawl_delay_s=0.05)  # no special pages: fast
     with web, open_host(settings) as host:

@@ -33,8 +33,9 @@ def test_index_build_refuses_below_the_floor(
 ) -> None:
     _lake(tmp_path)
     monkeypatch.setenv("CRAWLSTREAM_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("CRAWLSTREAM_DATA_DIR_MIN_FREE_MB", str(floor_mib(tmp_path)))
-    ballast = Ballast(tmp_path)
+    floor = floor_mib(tmp_path)
+    monkeypatch.setenv("CRAWLSTREAM_DATA_DIR_MIN_FREE_MB", str(floor))
+    ballast = Ballast(tmp_path, floor)
     ballast.lay()
     try:
         for action in ("build", "compact"):
@@ -58,7 +59,7 @@ def test_the_compactor_skips_builds_below_the_floor_then_builds(tmp_path: Path) 
         "CRAWLSTREAM_INDEX_BUILD_INTERVAL_S": "0.1",
     })
     registry = CollectorRegistry()
-    ballast = Ballast(tmp_path)
+    ballast = Ballast(tmp_path, settings.data_dir_min_free_mb)
     ballast.lay()
     stop = threading.Event()
     compactor = from_settings(settings, stop, registry=registry)

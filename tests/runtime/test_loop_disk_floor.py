@@ -94,8 +94,8 @@ def test_below_the_floor_the_loop_pauses_then_resumes_and_handles_everything_onc
 ) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    ballast = Ballast(data)
     floor = DiskFloor(data, floor_mib(data) * MIB)
+    ballast = Ballast(data, floor.min_free_bytes // MIB)
     registry = CollectorRegistry()
     sink = FileSink(data / "out")
     loop = ServiceLoop(
@@ -140,8 +140,8 @@ def test_a_pause_commits_what_was_finished_and_never_past_it(bus: Bus, codec: Ev
     is put back, so the commit stays at the batches that were handled."""
     data = tmp_path / "data"
     data.mkdir()
-    ballast = Ballast(data)
     floor = DiskFloor(data, floor_mib(data) * MIB, interval_s=0.0)
+    ballast = Ballast(data, floor.min_free_bytes // MIB)
     sink = FileSink(data / "out")
     loop = ServiceLoop(
         service="test", consumer=bus.consumer("svc"), topics=[SOURCE], codec=codec, handler=sink,
@@ -180,7 +180,8 @@ def test_on_kafka_a_pause_longer_than_max_poll_interval_keeps_the_partitions(
     topic, group = f"disk-floor-{uuid.uuid4().hex[:8]}", f"disk-floor-{uuid.uuid4().hex[:8]}"
     data = tmp_path / "data"
     data.mkdir()
-    ballast = Ballast(data)
+    floor = floor_mib(data)
+    ballast = Ballast(data, floor)
     sink = FileSink(data / "out")
     try:
         kafka.create_topics([topic], PARTITIONS)
@@ -188,7 +189,7 @@ def test_on_kafka_a_pause_longer_than_max_poll_interval_keeps_the_partitions(
         loop = ServiceLoop(
             service="test", consumer=kafka.consumer(group), topics=[topic], codec=codec, handler=sink,
             dlq_producer=kafka.producer(), batch_size=25, poll_timeout_s=0.2,
-            disk_floor=DiskFloor(data, floor_mib(data) * MIB),
+            disk_floor=DiskFloor(data, floor * MIB),
         )
         ballast.lay()
         try:

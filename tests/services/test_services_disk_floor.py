@@ -21,9 +21,10 @@ pytestmark = pytest.mark.timeout(60)
 def test_parquet_sink_pauses_below_the_floor_and_resumes_exactly_once(make_settings: Callable[..., Settings]) -> None:
     settings = make_settings()
     settings.data_dir.mkdir(parents=True)
-    settings = make_settings(CRAWLSTREAM_DATA_DIR_MIN_FREE_MB=str(floor_mib(settings.data_dir)))
+    floor = floor_mib(settings.data_dir)
+    settings = make_settings(CRAWLSTREAM_DATA_DIR_MIN_FREE_MB=str(floor))
     send_events(settings)
-    ballast = Ballast(settings.data_dir)
+    ballast = Ballast(settings.data_dir, floor)
     with host_for(settings) as host:
         service = build(host, instance="sink-0")
         try:
