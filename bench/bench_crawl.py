@@ -182,13 +182,13 @@ def _politeness(web: DemoWeb, log: list[RequestRecord]) -> dict[str, Any]:
     """What the server saw of robots.txt: requests to disallowed paths, and consecutive page
     requests to one host closer than its Crawl-delay (arrival times; 1 ms of clock slack)."""
     disallowed = sum(1 for r in log if r.path not in _ROBOTS_PATHS and not web.model.allowed(r.url))
-    last: dict[str, float] = {}
+    last: dict[str, RequestRecord] = {}
     below = 0
     for r in sorted((r for r in log if r.path not in _ROBOTS_PATHS), key=lambda r: r.time_s):
         delay = web.model.crawl_delay_s_for(r.host)
-        if delay and r.host in last and r.time_s - last[r.host] < delay - 0.001:
+        if delay and r.host in last and last[r.host].apart_s(r) < delay - 0.001:
             below += 1
-        last[r.host] = r.time_s
+        last[r.host] = r
     return {"requests_to_disallowed_paths": disallowed, "page_gaps_below_crawl_delay": below}
 
 

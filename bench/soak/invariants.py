@@ -9,14 +9,13 @@ service has stopped.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord, pairs_apart
 
 ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
 RETRYABLE = ("/status/500", "/status/503", "/status/429", "/slow")  # the web's always-failing pages
@@ -47,20 +46,20 @@ def politeness(web: DemoWeb, pages: Sequence[RequestRecord], min_delay_s: float)
     than the delay or the domain's Crawl-delay (each listed, first 20)."""
     model = web.model
     disallowed = [r.url for r in pages if any(r.path.startswith(p) for p in web.disallowed_paths(r.host))]
-    by_domain: dict[int, list[float]] = defaultdict(list)
+    by_domain: dict[int, list[RequestRecord]] = defaultdict(list)
     for r in pages:
         index = model.domain_index(r.host)
         if index is not None:
-            by_domain[index].append(r.time_s)
+            by_domain[index].append(r)
     close: list[str] = []
     gaps_checked = 0
-    for index, times in by_domain.items():
+    for index, records in by_domain.items():
         hosts = [h for h in model.hosts if model.domain_index(h) == index]
         required = max(min_delay_s, *(model.crawl_delay_s_for(h) or 0.0 for h in hosts))
-        for a, b in itertools.pairwise(sorted(times)):
+        for _, b, gap in pairs_apart(records):
             gaps_checked += 1
-            if b - a < required - SLACK_S:
-                close.append(f"{model.domains[index]}: {b - a:.3f}s < {required:.3f}s at t={b:.1f}")
+            if gap < required - SLACK_S:
+                close.append(f"{model.domains[index]}: {gap:.3f}s < {required:.3f}s at t={b.time_s:.1f}")
     return {
         "requests": len(pages),
         "gaps_checked": gaps_checked,
@@ -77,25 +76,29 @@ def repeats(
     """Requests beyond each URL's allowance (one, or ``1 + max_retries`` for the web's always
     failing pages); each is "explained" when a replaying fault was in force (from its start to
     ``REPLAY_WINDOW_S`` after it was undone: members rejoin, services restart in-process, the
-    groups rebalance) at some point between the URL's previous request and this one. Examples
-    give times from ``t0`` (the run's start: the fault log's clock)."""
-    by_url: dict[str, list[float]] = defaultdict(list)
+    groups rebalance) at some point between the URL's previous request and this one, or when the
+    previous one was abandoned (its client had timed out before a stalled server got to it: the
+    crawler's retry). Examples give times from ``t0`` (the run's start: the fault log's clock)."""
+    by_url: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in pages:
-        by_url[r.url].append(r.time_s)
+        by_url[r.url].append(r)
     spans = [(f.t_s, (f.restored_s or f.t_s) + REPLAY_WINDOW_S) for f in faults if f.kind in REPLAYING]
-    explained, unexplained = 0, []
-    for url, times in by_url.items():
+    explained, timed_out, unexplained = 0, 0, []
+    for url, records in by_url.items():
         allowed = 1 + max_retries if url.endswith(RETRYABLE) else 1
-        times.sort()
-        for prev, t in zip(times[allowed - 1 :], times[allowed:], strict=False):
-            if any(start <= t and prev <= end for start, end in spans):
+        records.sort(key=lambda r: r.time_s)
+        for prev, this in zip(records[allowed - 1 :], records[allowed:], strict=False):
+            if prev.abandoned:
+                timed_out += 1
+            elif any(start <= this.time_s and prev.time_s <= end for start, end in spans):
                 explained += 1
             else:
-                unexplained.append(f"{url} at t={t - t0:.1f} (previous t={prev - t0:.1f})")
+                unexplained.append(f"{url} at t={this.time_s - t0:.1f} (previous t={prev.time_s - t0:.1f})")
     return {
         "urls": len(by_url),
-        "beyond_allowance": explained + len(unexplained),
+        "beyond_allowance": explained + timed_out + len(unexplained),
         "explained_by_faults": explained,
+        "explained_by_time_outs": timed_out,
         "unexplained": len(unexplained),
         "examples": unexplained[:20],
     }

@@ -1,8 +1,10 @@
-"""The soak's classification of unstored pages (issue 28): queued for a retry, or lost."""
+"""The soak's invariants (issue 28): unstored pages queued for a retry or lost; repeats and
+spacing as a stalled server records them."""
 
 from __future__ import annotations
 
-from bench.soak.invariants import retry_pending
+from bench.soak.invariants import politeness, repeats, retry_pending
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord
 
 
 def test_a_retried_failure_with_an_attempt_left_is_pending_and_the_last_attempt_is_lost() -> None:
@@ -45,3 +47,29 @@ def test_a_retry_still_unread_in_its_frontier_file_is_pending(tmp_path) -> None:
     assert [t.entry.url for t in handed_out] == urls[:1]
     queued = queued_in_frontier(settings, {*urls, "http://other.example/"})
     assert queued == {u: "queued in the frontier, attempt 1" for u in urls[1:]}
+
+
+def _request(
+    host: str, path: str, time_s: float, earliest_s: float | None = None, abandoned: bool = False
+) -> RequestRecord:
+    return RequestRecord(host, path, time_s, 200, "crawlstream", None, None, earliest_s, abandoned)
+
+
+def test_a_request_retried_after_its_client_gave_up_is_a_time_out_not_a_defect() -> None:
+    """A stalled server handles a request its client has timed out on, then the retry: two
+    requests of one page, the first abandoned. A repeat of an answered request stays unexplained."""
+    web = DemoWeb(3, seed=1)
+    host = web.model.domains[0]
+    stalled = [_request(host, "/p/1", 10.0, earliest_s=8.5, abandoned=True), _request(host, "/p/1", 10.1)]
+    counted = repeats([*stalled, _request(host, "/p/2", 11.0), _request(host, "/p/2", 12.0)], [], max_retries=2)
+    assert counted["beyond_allowance"] == 2 and counted["explained_by_time_outs"] == 1
+    assert counted["unexplained"] == 1 and counted["examples"][0].startswith(f"http://{host}/p/2 ")
+
+
+def test_a_gap_a_stalled_server_compressed_is_judged_by_when_the_request_may_have_arrived() -> None:
+    web = DemoWeb(3, seed=1)
+    host = web.model.domains[0]
+    stalled = [_request(host, "/p/1", 10.0, earliest_s=8.5, abandoned=True), _request(host, "/p/1", 10.1)]
+    assert politeness(web, stalled, min_delay_s=1.0)["spacing_violations"] == 0
+    close = [_request(host, "/p/1", 10.0), _request(host, "/p/2", 10.1)]
+    assert politeness(web, close, min_delay_s=1.0)["spacing_violations"] == 1

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import http.client
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from crawlstream.devtools.demoweb import SPECIAL_PATHS, DemoWeb, WebModel
 from crawlstream.devtools.demoweb._render import render_html
+from crawlstream.fetch import Fetcher
 from crawlstream.links import Scope, extract_links
+from crawlstream.settings import load
 from crawlstream.urls import canonicalize, registered_domain
 
 
@@ -102,6 +107,44 @@ def test_server_answers_by_host_header_and_logs_every_request(web: DemoWeb) -> N
     log = web.requests()
     assert [(r.host, r.path, r.status) for r in log] == [(d1, "/p/1", 200), ("unknown.example", "/", 404)]
     assert log[0].user_agent == "demo-test" and log[0].time_s <= log[1].time_s
+
+
+def test_a_request_that_waited_in_a_stalled_loop_is_recorded_as_such(web: DemoWeb) -> None:
+    """A loaded machine starves the server's thread: a request then waits unanswered, our
+    fetcher times out and the crawler retries, and the server handles both close together. The
+    record says when the first may have arrived and that its client had gone (CI, session 29: a
+    "duplicate" and a 0.11 s "gap" under a 0.3 s Crawl-delay, from a crawler that had kept both)."""
+    loop = web._loop
+    assert loop is not None
+    settings = load({"CRAWLSTREAM_FETCH_ALLOW_PRIVATE_NETWORKS": "true", "CRAWLSTREAM_FETCH_TIMEOUT_S": "0.3",
+                     "CRAWLSTREAM_FETCH_READ_TIMEOUT_S": "0.3"})
+    url = f"http://{web.model.domains[2]}/p/1"
+
+    async def fetch_through_a_stall() -> tuple[float, float, list[str]]:
+        async with Fetcher.from_settings(settings, resolve_map=web.resolve_map) as fetcher:
+            await fetcher.afetch(f"http://{web.model.domains[2]}/p/0")  # robots.txt read while healthy
+            web.clear_log()
+            stalled = threading.Event()
+            loop.call_soon_threadsafe(lambda: (stalled.set(), time.sleep(1.0)))
+            assert stalled.wait(5)
+            sent = time.monotonic()
+            outcomes = [(await fetcher.afetch(url)).outcome]
+            await asyncio.sleep(0.75)  # the crawler's delay before the retry; the stall ends meanwhile
+            retried = time.monotonic()
+            outcomes.append((await fetcher.afetch(url)).outcome)
+            return sent, retried, outcomes
+
+    sent, retried, outcomes = asyncio.run(fetch_through_a_stall())
+    assert outcomes == ["timeout", "ok"]
+    first, second = web.requests()
+    assert first.abandoned and not second.abandoned
+    assert first.earliest_s is not None and first.earliest_s <= sent < first.time_s
+    assert second.time_s - first.time_s < retried - sent - 0.5, "the stall brought them closer together"
+    assert first.apart_s(second) >= retried - sent, "the gap the crawler kept is not ruled out"
+    assert get(web, web.model.domains[2], "/p/2")[0] == 200
+    third = web.requests()[-1]
+    assert third.earliest_s is None and not third.abandoned
+    assert third.apart_s(second) == pytest.approx(third.time_s - second.arrived_from_s)
 
 
 def test_server_serves_robots_variants(web: DemoWeb) -> None:

@@ -9,14 +9,13 @@ Real parts: the synthetic web on loopback and its request log, the fetcher servi
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 
 import pytest
 
-from crawlstream.devtools.demoweb import DemoWeb
+from crawlstream.devtools.demoweb import DemoWeb, RequestRecord, pairs_apart
 from crawlstream.fetch import Fetcher
 from crawlstream.fetch._spacing import DomainSpacing
 from crawlstream.settings import load
@@ -57,11 +56,11 @@ def _fetcher(web: DemoWeb, min_delay_s: float, in_flight: int = 1) -> Fetcher:
 
 
 def _gaps_by_domain(web: DemoWeb, since: float) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = defaultdict(list)
+    records: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in web.requests():
         if r.time_s >= since and r.path != "/robots.txt":
-            times[registered_domain_or_host(r.host)].append(r.time_s)
-    return {d: [b - a for a, b in itertools.pairwise(sorted(ts))] for d, ts in times.items()}
+            records[registered_domain_or_host(r.host)].append(r)
+    return {d: [gap for _, _, gap in pairs_apart(rs)] for d, rs in records.items()}
 
 
 def _fetch_all_at_once(fetcher: Fetcher, urls: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from crawlstream.devtools.demoweb._model import SITEMAP_PATHS, SPECIAL_PATHS, Page, WebModel
 from crawlstream.devtools.demoweb._render import gzip_bomb, sitemap_bomb
-from crawlstream.devtools.demoweb._server import DemoWeb, RequestRecord
+from crawlstream.devtools.demoweb._server import DemoWeb, RequestRecord, pairs_apart
 
 __all__ = [
     "SITEMAP_PATHS",
@@ -12,5 +12,6 @@ __all__ = [
     "RequestRecord",
     "WebModel",
     "gzip_bomb",
+    "pairs_apart",
     "sitemap_bomb",
 ]

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterable
@@ -36,9 +38,18 @@ from crawlstream.devtools.demoweb._render import (
 )
 from crawlstream.links import Scope
 
-__all__ = ["DemoWeb", "RequestRecord"]
+__all__ = ["DemoWeb", "RequestRecord", "pairs_apart"]
 
 logger = logging.getLogger(__name__)
+
+# A request whose bytes reached the kernel more than STALL_S before its handler ran waited in a
+# stalled server (a loaded machine starved the thread; the web shares a test's process). Its
+# arrival is then the kernel's (TCP_INFO's tcpi_last_data_recv, counted in jiffies: 4 ms with
+# HZ=250, 10 ms with HZ=100, so JIFFY_S earlier is the bound), and its client may have given up.
+STALL_S = 0.05
+JIFFY_S = 0.01
+_TCP_INFO = struct.Struct("8B13I")  # struct tcp_info up to tcpi_last_ack_recv
+_TCP_CLOSE, _TCP_CLOSE_WAIT = 7, 8  # reset; the peer closed its side
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,21 @@ class RequestRecord:
     user_agent: str
     if_none_match: str | None = None  # the conditional request headers, as received
     if_modified_since: str | None = None
+    # Set when the request waited in a stalled server (``STALL_S``): the earliest it may have
+    # arrived (the kernel's receive time), and whether its client had given up by then.
+    earliest_s: float | None = None
+    abandoned: bool = False
+
+    @property
+    def arrived_from_s(self) -> float:
+        """The earliest this request may have arrived (``time_s`` unless the loop was stalled)."""
+        return self.time_s if self.earliest_s is None else self.earliest_s
+
+    def apart_s(self, other: RequestRecord) -> float:
+        """The most the two requests' arrivals may have been apart: their handling times apart,
+        or more when one waited in a stalled loop. Spacing checks compare this with the delay,
+        so a server starved on a loaded machine is not taken for an impolite crawler."""
+        return max(other.time_s - self.arrived_from_s, self.time_s - other.arrived_from_s)
 
     @property
     def conditional(self) -> bool:
@@ -60,6 +86,28 @@ class RequestRecord:
     @property
     def url(self) -> str:
         return f"http://{self.host}{self.path}"
+
+
+def pairs_apart(records: Iterable[RequestRecord]) -> list[tuple[RequestRecord, RequestRecord, float]]:
+    """Consecutive requests by handling time, each pair with the most their arrivals may have
+    been apart (``RequestRecord.apart_s``): what a spacing check compares with the delay."""
+    ordered = sorted(records, key=lambda r: r.time_s)
+    return [(a, b, a.apart_s(b)) for a, b in itertools.pairwise(ordered)]
+
+
+def _kernel_view(request: web.Request) -> tuple[float, bool]:
+    """(seconds since the request's last bytes reached the kernel, whether its client has closed
+    or reset the connection), from the socket's TCP_INFO; (0, False) where it cannot be read."""
+    transport = request.transport
+    if transport is None:
+        return 0.0, True
+    sock = transport.get_extra_info("socket")
+    try:
+        info = _TCP_INFO.unpack(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size))
+    except (AttributeError, OSError, struct.error):
+        return 0.0, transport.is_closing()
+    state, last_data_recv_ms = info[0], info[8 + 11]
+    return last_data_recv_ms / 1000, state in (_TCP_CLOSE, _TCP_CLOSE_WAIT) or transport.is_closing()
 
 
 class DemoWeb:
@@ -157,14 +205,19 @@ class DemoWeb:
     # -- serving -----------------------------------------------------------------------
 
     def _record(self, request: web.Request, host: str, status: int) -> None:
+        now = time.monotonic()
+        waited_s, gone = _kernel_view(request)
+        stalled = waited_s > STALL_S
         rec = RequestRecord(
             host,
             request.rel_url.raw_path,
-            time.monotonic(),
+            now,
             status,
             request.headers.get("User-Agent", ""),
             request.headers.get("If-None-Match"),
             request.headers.get("If-Modified-Since"),
+            now - waited_s - JIFFY_S if stalled else None,
+            stalled and gone,
         )
         with self._log_lock:
             self._log.append(rec)
