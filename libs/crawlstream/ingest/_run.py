@@ -53,6 +53,20 @@ class FileStats:
     invalid: Counter[str] = field(default_factory=Counter)
     # The first damage found part-way (reason, row, error), when the file has any.
     damage: dict[str, Any] | None = None
+    # The first few rejected rows per reason, cut to EXAMPLE_CHARS.
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def reject(self, dataset_id: int, row: int, raw: str | None, reason: str, error: str) -> str:
+        """Count one rejected row, logging the file's first damage and keeping a few examples; its
+        line of the rejects file. The one reject bookkeeping of ``ingest`` and ``spark-ingest``."""
+        self.invalid[reason] += 1
+        if reason in FILE_DAMAGE and self.damage is None:
+            self.damage = {"reason": reason, "row": row, "error": error}
+            logger.error("dataset %d: %s is damaged from row %d (%s): %s", dataset_id, self.path, row, reason, error)
+        kept = self.examples.setdefault(reason, [])
+        if len(kept) < EXAMPLES_PER_REASON:
+            kept.append((raw or "")[:EXAMPLE_CHARS])
+        return json.dumps({"row": row, "url": raw, "reason": reason, "error": error}) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +101,12 @@ class IngestStats:
         elapsed = time.perf_counter() - self.started if not self.seconds else self.seconds
         return self.rows / elapsed if elapsed > 0 else 0.0
 
+    def keep_examples(self, examples: dict[str, list[str]]) -> None:
+        """Add a file's examples to the run's: the first few per reason, in file order."""
+        for reason, rows in examples.items():
+            kept = self.examples.setdefault(reason, [])
+            kept += rows[: EXAMPLES_PER_REASON - len(kept)]
+
     @property
     def damaged(self) -> list[FileStats]:
         """The input files damaged part-way (their readable rows were imported)."""
@@ -113,9 +133,9 @@ class IngestStats:
 
 
 class _Rejected:
-    """One input file's invalid rows: counted by reason (in the run's and the file's counts),
-    the file's first damage logged, a few examples kept, and each row appended to
-    ``<rejects_dir>/<file name>.jsonl`` (opened at the first one) when ``rejects_dir`` is given."""
+    """One input file's invalid rows: counted (``FileStats.reject``, and in the run's counts as
+    they come, for the progress line) and each appended to ``<rejects_dir>/<file name>.jsonl``
+    (opened at the first one) when ``rejects_dir`` is given."""
 
     def __init__(self, stats: IngestStats, file: FileStats, path: Path, rejects_dir: Path | None) -> None:
         self._stats = stats
@@ -125,25 +145,18 @@ class _Rejected:
         self._out: IO[str] | None = None
 
     def add(self, row: int, raw: str | None, reason: str, error: str) -> None:
-        stats, file = self._stats, self._file
-        stats.invalid[reason] += 1
-        file.invalid[reason] += 1
-        if reason in FILE_DAMAGE and file.damage is None:
-            file.damage = {"reason": reason, "row": row, "error": error}
-            logger.error("dataset %d: %s is damaged from row %d (%s): %s", stats.dataset_id, self._path, row,
-                         reason, error)
-        ex = stats.examples.setdefault(reason, [])
-        if len(ex) < EXAMPLES_PER_REASON:
-            ex.append((raw or "")[:EXAMPLE_CHARS])
+        line = self._file.reject(self._stats.dataset_id, row, raw, reason, error)
+        self._stats.invalid[reason] += 1
         if self._rejects_dir is not None:
             if self._out is None:
                 self._rejects_dir.mkdir(parents=True, exist_ok=True)
                 rpath = self._rejects_dir / f"{self._path.name}.jsonl"
                 self._out = open(rpath, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-                stats.rejects_files.append(str(rpath))
-            self._out.write(json.dumps({"row": row, "url": raw, "reason": reason, "error": error}) + "\n")
+                self._stats.rejects_files.append(str(rpath))
+            self._out.write(line)
 
     def close(self) -> None:
+        self._stats.keep_examples(self._file.examples)
         if self._out is not None:
             self._out.close()
 

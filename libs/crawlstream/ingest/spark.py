@@ -43,10 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from crawlstream.errors import BadDataError
-from crawlstream.ingest._readers import FILE_DAMAGE, check_input, iter_batches
+from crawlstream.ingest._readers import check_input, iter_batches
 from crawlstream.ingest._run import (
-    EXAMPLE_CHARS,
-    EXAMPLES_PER_REASON,
     FileStats,
     IngestStats,
     canonicalize_batch,
@@ -147,34 +145,25 @@ class SparkIngestStats(IngestStats):
 
 
 class _FileRejects:
-    """One file's invalid rows: counted by reason, the first damage and a few examples kept, each
-    row written to its rejects file (published whole when the file is done, so a rerun replaces
-    it rather than appending a second copy as ``crawlstream ingest`` does)."""
+    """One file's invalid rows: counted in ``stats`` (``FileStats.reject``), each written to its
+    rejects file (published whole when the file is done, so a rerun replaces it rather than
+    appending a second copy as ``crawlstream ingest`` does)."""
 
     def __init__(self, job: SparkIngestJob, file: InputFile, store: ObjectStore | None) -> None:
         self.job, self.file, self.store = job, file, store
-        self.invalid: Counter[str] = Counter()
-        self.examples: dict[str, list[str]] = {}
-        self.damage: dict[str, Any] | None = None
+        self.stats = FileStats(file.path, file.format)
         self._stack = contextlib.ExitStack()
         self._out: IO[str] | None = None
         self.rel = f"rejects/dataset_id={job.dataset_id}/{file.rejects_name}"
 
     def add(self, row: int, raw: str | None, reason: str, error: str) -> None:
-        self.invalid[reason] += 1
-        if reason in FILE_DAMAGE and self.damage is None:
-            self.damage = {"reason": reason, "row": row, "error": error}
-            logger.error("dataset %d: %s is damaged from row %d (%s): %s", self.job.dataset_id, self.file.path,
-                         row, reason, error)
-        ex = self.examples.setdefault(reason, [])
-        if len(ex) < EXAMPLES_PER_REASON:
-            ex.append((raw or "")[:EXAMPLE_CHARS])
+        line = self.stats.reject(self.job.dataset_id, row, raw, reason, error)
         if self.store is None:
             return
         if self._out is None:
             staging = self._stack.enter_context(self.store.writing(self.rel))
             self._out = self._stack.enter_context(open(staging, "w", encoding="utf-8"))  # noqa: SIM115 - closed by the stack
-        self._out.write(json.dumps({"row": row, "url": raw, "reason": reason, "error": error}) + "\n")
+        self._out.write(line)
 
     def publish(self) -> str | None:
         """Close the rejects file (publishing it); its location, if any row was rejected."""
@@ -251,8 +240,8 @@ def read_input(job: SparkIngestJob, indexes: Iterable[int]) -> Iterator[tuple[st
                 start += entry["counts"]
                 yield entry["values"], (index, _ipc(part))
         yield _STATS_KEY, {"index": index, "rows": rows, "valid": valid.num_rows, "bad_ts": bad_ts,
-                           "invalid": dict(rejects.invalid), "examples": rejects.examples,
-                           "damage": rejects.damage, "rejects_file": rejects_uri,
+                           "invalid": dict(rejects.stats.invalid), "examples": rejects.stats.examples,
+                           "damage": rejects.stats.damage, "rejects_file": rejects_uri,
                            "task_s": {"read": time.perf_counter() - started - judge_s, "canonicalize": judge_s,
                                       "stage1_cpu": time.process_time() - cpu_started}}
 
@@ -364,15 +353,13 @@ def run_job(sc: SparkContext, job: SparkIngestJob, *, partitions: int = 0) -> Sp
     for counts in per_file:
         file = job.inputs[counts["index"]]
         fs = FileStats(file.path, file.format, counts["rows"], counts["valid"], Counter(counts["invalid"]),
-                       counts["damage"])
+                       counts["damage"], counts["examples"])
         stats.files.append(fs)
         stats.rows += fs.rows
         stats.valid += fs.valid
         stats.invalid.update(fs.invalid)
         stats.bad_ts += counts["bad_ts"]
-        for reason, examples in counts["examples"].items():
-            kept = stats.examples.setdefault(reason, [])
-            kept += examples[: EXAMPLES_PER_REASON - len(kept)]
+        stats.keep_examples(fs.examples)
         if counts["rejects_file"]:
             stats.rejects_files.append(counts["rejects_file"])
     written = sorted((value for kind, value in results if kind == "file"), key=lambda w: w["rel"])
