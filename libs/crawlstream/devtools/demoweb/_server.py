@@ -97,15 +97,16 @@ def pairs_apart(records: Iterable[RequestRecord]) -> list[tuple[RequestRecord, R
 
 def _kernel_view(request: web.Request) -> tuple[float, bool]:
     """(seconds since the request's last bytes reached the kernel, whether its client has closed
-    or reset the connection), from the socket's TCP_INFO; (0, False) where it cannot be read."""
+    or reset the connection), from the socket's TCP_INFO; (0, False) where it cannot be read (a
+    request that did not wait is never judged abandoned)."""
     transport = request.transport
-    if transport is None:
-        return 0.0, True
-    sock = transport.get_extra_info("socket")
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if transport is None or sock is None:
+        return 0.0, False
     try:
         info = _TCP_INFO.unpack(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO.size))
-    except (AttributeError, OSError, struct.error):
-        return 0.0, transport.is_closing()
+    except (OSError, struct.error):
+        return 0.0, False
     state, last_data_recv_ms = info[0], info[8 + 11]
     return last_data_recv_ms / 1000, state in (_TCP_CLOSE, _TCP_CLOSE_WAIT) or transport.is_closing()
 
